@@ -1,0 +1,117 @@
+"""Train the digits CNN and save a lineage-carrying checkpoint.
+
+    python -m examples.digits.train --out checkpoints/digits.pt --seed 1
+    python -m examples.digits.train --out bad.pt --corrupt-classes 3,5,8 --corrupt-fraction 0.6
+
+``--corrupt-classes`` relabels a fraction of those classes' training examples at random: a
+realistic data bug (a broken labelling batch) that yields a measurably worse model.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+from torch import nn
+
+import evalsentry
+from examples.digits.model import DigitsCNN
+
+DATA = Path(__file__).parent / "data" / "train.parquet"
+FACTORY = "examples.digits.model:DigitsCNN"
+VALIDATION_FRACTION = 0.1
+
+
+def load_train(path: Path = DATA) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images ``(N, 1, 8, 8)`` float32 and labels ``(N,)`` int64 from the shipped train split."""
+    table = pq.read_table(path, columns=["pixels", "label"])
+    pixels = table.column("pixels").combine_chunks().flatten().to_numpy()
+    images = torch.from_numpy(pixels.reshape(-1, 1, 8, 8).copy())
+    return images, torch.from_numpy(table.column("label").to_numpy().copy())
+
+
+def train(
+    out: Path,
+    *,
+    seed: int = 0,
+    epochs: int = 20,
+    lr: float = 3e-3,
+    batch_size: int = 64,
+    channels: int = 16,
+    corrupt_classes: Sequence[int] = (),
+    corrupt_fraction: float = 0.0,
+) -> Path:
+    """Train on the shipped split (holding out 10% for validation) and save a checkpoint."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    images, labels = load_train()
+    order = torch.from_numpy(rng.permutation(len(labels)))
+    n_val = int(len(labels) * VALIDATION_FRACTION)
+    val, fit = order[:n_val], order[n_val:]
+    fit_labels = labels[fit].clone()
+    for cls in corrupt_classes:
+        hit = torch.nonzero(fit_labels == cls).flatten()
+        chosen = hit[torch.from_numpy(rng.random(len(hit)) < corrupt_fraction)]
+        fit_labels[chosen] = torch.from_numpy(rng.integers(0, 10, len(chosen)))
+    model = DigitsCNN(channels=channels)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    loss_fn = nn.CrossEntropyLoss()
+    for _ in range(epochs):
+        model.train()
+        for batch in torch.randperm(len(fit)).split(batch_size):
+            optimizer.zero_grad()
+            loss = loss_fn(model(images[fit][batch]), fit_labels[batch])
+            loss.backward()
+            optimizer.step()
+    model.eval()
+    with torch.inference_mode():
+        logits = model(images[val])
+        val_loss = float(loss_fn(logits, labels[val]))
+        val_acc = float((logits.argmax(1) == labels[val]).float().mean())
+    config = {
+        "epochs": epochs,
+        "lr": lr,
+        "batch_size": batch_size,
+        "optimizer": "adam",
+        "corrupt_classes": list(corrupt_classes),
+        "corrupt_fraction": corrupt_fraction,
+    }
+    return evalsentry.save_checkpoint(
+        model,
+        out,
+        metrics={"val_accuracy": val_acc, "val_loss": val_loss},
+        config=config,
+        seed=seed,
+        data=DATA,
+        optimizer=optimizer,
+        factory=FACTORY,
+        factory_kwargs={"channels": channels},
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--corrupt-classes", default="", help="comma-separated class labels")
+    parser.add_argument("--corrupt-fraction", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    classes = [int(c) for c in args.corrupt_classes.split(",") if c]
+    path = train(
+        args.out,
+        seed=args.seed,
+        epochs=args.epochs,
+        corrupt_classes=classes,
+        corrupt_fraction=args.corrupt_fraction,
+    )
+    print(f"saved {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""evalsentry: weekly evaluation of registered PyTorch checkpoints with a regression gate.
+
+The public functions are imported lazily so that ``import evalsentry`` (and the fast CLI paths)
+never pay for torch, Great Expectations or pandas.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "save_checkpoint": "evalsentry.checkpoint",
+    "load_checkpoint": "evalsentry.checkpoint",
+    "Registry": "evalsentry.registry",
+    "load_config": "evalsentry.config",
+    "load_evalset": "evalsentry.evalsets",
+    "freeze_evalset": "evalsentry.evalsets",
+    "evaluate": "evalsentry.inference",
+}
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'evalsentry' has no attribute {name!r}")

@@ -1,0 +1,211 @@
+"""Typed errors. Each carries its payload; the CLI maps them to exit codes and one-line messages.
+
+``UsageError`` subclasses mean unusable input (exit 2); ``CheckFailed`` subclasses mean a check
+ran and failed (exit 1).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+
+
+class EvalsentryError(Exception):
+    """Base of every error evalsentry raises on purpose."""
+
+    exit_code = EXIT_USAGE
+
+
+class UsageError(EvalsentryError):
+    """Unusable input: a missing file, a malformed document, a bad name. Exit code 2."""
+
+    exit_code = EXIT_USAGE
+
+
+class CheckFailed(EvalsentryError):
+    """A check ran and failed: data integrity, a regression. Exit code 1."""
+
+    exit_code = EXIT_CHECK_FAILED
+
+
+def did_you_mean(value: str, choices: Iterable[str]) -> str:
+    """Return `` Did you mean 'x'?`` for the closest choice, or an empty string."""
+    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
+    return f" Did you mean '{close[0]}'?" if close else ""
+
+
+class ConfigError(UsageError):
+    """A configuration document is malformed; names the file and the field."""
+
+    def __init__(self, path: object, field: str, problem: str) -> None:
+        self.path, self.field, self.problem = str(path), field, problem
+        where = f"{self.path}: {field}: " if field else f"{self.path}: "
+        super().__init__(where + problem)
+
+
+class InvalidName(UsageError):
+    """A model, evalset or stage name that is not allowed (path tricks, odd characters)."""
+
+    def __init__(self, kind: str, name: str, rule: str) -> None:
+        self.kind, self.name = kind, name
+        super().__init__(f"invalid {kind} name {name!r}: {rule}")
+
+
+# --- checkpoints ------------------------------------------------------------------------------
+
+
+class CheckpointError(UsageError):
+    """A checkpoint cannot be used. ``path`` names the file."""
+
+    def __init__(self, path: object, message: str) -> None:
+        self.path = str(path)
+        super().__init__(f"{self.path}: {message}")
+
+
+class CheckpointNotFound(CheckpointError):
+    """The checkpoint file does not exist."""
+
+    def __init__(self, path: object) -> None:
+        super().__init__(path, "checkpoint not found; check the path or the registry entry")
+
+
+class CheckpointCorrupt(CheckpointError):
+    """The file is truncated, corrupt or not a checkpoint written by ``save_checkpoint``."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.reason = reason
+        super().__init__(path, f"corrupt or truncated checkpoint ({reason}); re-save it")
+
+
+class CheckpointChanged(CheckpointError):
+    """The file's sha256 differs from the one pinned at registration."""
+
+    def __init__(self, path: object, expected: str, actual: str) -> None:
+        self.expected, self.actual = expected, actual
+        super().__init__(
+            path,
+            f"checkpoint changed since registration (sha256 expected {expected[:12]}, "
+            f"got {actual[:12]}); register the new file as a new version",
+        )
+
+
+class UnsafeCheckpoint(CheckpointError):
+    """The payload asks to import or run code; refused, nothing executed."""
+
+    def __init__(self, path: object, detail: str) -> None:
+        self.detail = detail
+        super().__init__(
+            path,
+            "refused: the payload tries to load code, not just tensors "
+            f"({detail}); only checkpoints written with evalsentry.save_checkpoint are accepted",
+        )
+
+
+class LineageMissing(CheckpointError):
+    """Lineage fields are missing; all of them are listed."""
+
+    def __init__(self, path: object, fields: Sequence[str]) -> None:
+        self.fields = list(fields)
+        super().__init__(
+            path,
+            f"lineage is missing {', '.join(self.fields)}; save with evalsentry.save_checkpoint"
+            + (" or pass --factory at registration" if self.fields == ["model.factory"] else ""),
+        )
+
+
+class FactoryError(UsageError):
+    """The model factory ``module:callable`` cannot be imported or called."""
+
+    def __init__(self, factory: str, problem: str) -> None:
+        self.factory = factory
+        super().__init__(f"model factory {factory!r}: {problem}")
+
+
+class StateDictMismatch(CheckpointError):
+    """The weights do not fit the architecture the factory builds."""
+
+    def __init__(
+        self, path: object, missing: Sequence[str], unexpected: Sequence[str], detail: str = ""
+    ) -> None:
+        self.missing, self.unexpected = list(missing), list(unexpected)
+        parts = [detail] if detail else []
+        if self.missing:
+            parts.append(f"missing keys {', '.join(self.missing[:10])}")
+        if self.unexpected:
+            parts.append(f"unexpected keys {', '.join(self.unexpected[:10])}")
+        super().__init__(
+            path, "weights do not fit the model factory: " + "; ".join(parts)
+        )
+
+
+# --- registry ---------------------------------------------------------------------------------
+
+
+class RegistryError(UsageError):
+    """A registry lookup or change that cannot be done."""
+
+
+class NotRegistered(RegistryError):
+    """No such model, version or stage in the registry."""
+
+    def __init__(self, what: str, known: Iterable[str] = ()) -> None:
+        super().__init__(f"{what} is not registered{did_you_mean(what, known)}")
+
+
+# --- evalsets ---------------------------------------------------------------------------------
+
+
+class EvalsetError(UsageError):
+    """An evalset cannot be used as specified."""
+
+
+class EvalsetTampered(CheckFailed):
+    """A frozen evalset's file differs from its manifest: missing, extra or changed."""
+
+    def __init__(self, path: object, expected: str, actual: str) -> None:
+        self.path, self.expected, self.actual = str(path), expected, actual
+        super().__init__(
+            f"{self.path}: evalset file changed since freeze (sha256 expected {expected}, "
+            f"got {actual}); restore it, or freeze a new evalset version"
+        )
+
+
+class EvalsetInvalid(CheckFailed):
+    """The evalset's data breaks its expectation suite."""
+
+    def __init__(self, name: str, failures: Sequence[dict[str, Any]]) -> None:
+        self.name, self.failures = name, list(failures)
+        listed = "; ".join(
+            f"{f['expectation']}({f.get('column') or ''}) unexpected={f.get('unexpected_count')}"
+            for f in self.failures[:5]
+        )
+        super().__init__(f"evalset {name!r} fails {len(self.failures)} expectation(s): {listed}")
+
+
+# --- evaluation, history, gate ----------------------------------------------------------------
+
+
+class NonFiniteOutput(CheckFailed):
+    """The model produced NaN or inf; the first example ids are listed."""
+
+    def __init__(self, example_ids: Sequence[object], count: int) -> None:
+        self.example_ids, self.count = list(example_ids), count
+        shown = ", ".join(str(i) for i in self.example_ids)
+        super().__init__(f"model produced NaN/inf outputs for {count} example(s), first: {shown}")
+
+
+class HistoryError(UsageError):
+    """The history store cannot be read or written."""
+
+
+class RegressionDetected(CheckFailed):
+    """The gate found at least one FAIL verdict; ``report`` holds every comparison."""
+
+    def __init__(self, message: str, report: object = None) -> None:
+        self.report = report
+        super().__init__(message)

@@ -1,0 +1,218 @@
+"""The checkpoint registry: one JSON document per registered version, on any fsspec location.
+
+Layout: ``<root>/<model>/v000001.json`` (and ``<root>/<model>/artifacts/`` for copied files).
+A version number is claimed by creating its document exclusively, so two registrations racing
+for the same model both succeed with distinct versions and neither overwrites the other.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from evalsentry.checkpoint import complete_lineage, read_payload
+from evalsentry.config import config_error
+from evalsentry.errors import NotRegistered, RegistryError
+from evalsentry.names import check_name, check_stage
+from evalsentry.storage import filesystem, join, sha256_file, write_atomic
+
+log = logging.getLogger(__name__)
+_VERSION_FILE = re.compile(r"v(\d{6})\.json")
+_MAX_CLAIM_ATTEMPTS = 1000
+
+
+class StageChange(BaseModel):
+    """One stage transition: to which stage, when, by whom."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    stage: str
+    at: str
+    by: str
+
+
+class RegistryEntry(BaseModel):
+    """A registered checkpoint version."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+    model: str
+    version: int = Field(ge=1)
+    uri: str
+    sha256: str = Field(min_length=64, max_length=64)
+    size: int = Field(ge=0)
+    stage: str
+    lineage: dict[str, Any]
+    metrics: dict[str, float] = Field(default_factory=dict)
+    registered_at: str
+    stage_history: list[StageChange] = Field(default_factory=list)
+
+    @property
+    def ref(self) -> str:
+        """``model@vN``, the way people name a version."""
+        return f"{self.model}@v{self.version}"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _who() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry in some containers
+        return "unknown"
+
+
+class Registry:
+    """Registered checkpoints under ``root`` (a path or fsspec URL)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.fs, self.path = filesystem(root)
+
+    def _model_dir(self, model: str) -> str:
+        return join(self.path, check_name("model", model))
+
+    def _entry_path(self, model: str, version: int) -> str:
+        return join(self._model_dir(model), f"v{version:06d}.json")
+
+    def register(
+        self,
+        checkpoint: str | Path,
+        model: str,
+        *,
+        stage: str = "candidate",
+        factory: str | None = None,
+        factory_kwargs: Mapping[str, Any] | None = None,
+        copy: bool = False,
+    ) -> RegistryEntry:
+        """Pin a checkpoint's sha256 and size and record it as the model's next version.
+
+        The payload is read with ``weights_only=True`` (a payload that tries to run code is
+        refused) and its lineage checked; ``factory`` fills in a missing one.
+
+        Raises:
+            CheckpointNotFound, UnsafeCheckpoint, CheckpointCorrupt, LineageMissing, InvalidName.
+        """
+        check_name("model", model)
+        check_stage(stage)
+        file = Path(checkpoint).resolve()
+        payload = read_payload(file)
+        lineage = complete_lineage(file, payload["lineage"], factory, factory_kwargs)
+        sha, size = sha256_file(file)
+        for _ in range(_MAX_CLAIM_ATTEMPTS):
+            version = self._next_version(model)
+            uri = str(file)
+            if copy:
+                uri = self._copy_in(file, model, version, sha)
+            entry = RegistryEntry(
+                model=model,
+                version=version,
+                uri=uri,
+                sha256=sha,
+                size=size,
+                stage=stage,
+                lineage=lineage,
+                metrics={k: float(v) for k, v in (payload.get("metrics") or {}).items()},
+                registered_at=_now(),
+                stage_history=[StageChange(stage=stage, at=_now(), by=_who())],
+            )
+            if write_atomic(self.fs, self._entry_path(model, version), _dump(entry), exclusive=True):
+                log.info("registered %s (%s)", entry.ref, sha[:12])
+                if stage == "production":
+                    return self.promote(model, version, "production")
+                return entry
+        raise RegistryError(f"could not claim a version for {model!r}; too many concurrent writers")
+
+    def _copy_in(self, file: Path, model: str, version: int, sha: str) -> str:
+        target = join(self._model_dir(model), "artifacts", f"v{version:06d}-{sha[:12]}.pt")
+        write_atomic(self.fs, target, file.read_bytes())
+        return target if "://" not in self.root else self.fs.unstrip_protocol(target)
+
+    def _versions(self, model: str) -> list[int]:
+        folder = self._model_dir(model)
+        if not self.fs.exists(folder):
+            return []
+        names = (p.rsplit("/", 1)[-1] for p in self.fs.ls(folder, detail=False))
+        return sorted(int(m.group(1)) for n in names if (m := _VERSION_FILE.fullmatch(n)))
+
+    def _next_version(self, model: str) -> int:
+        versions = self._versions(model)
+        return versions[-1] + 1 if versions else 1
+
+    def models(self) -> list[str]:
+        """Names of every registered model."""
+        if not self.fs.exists(self.path):
+            return []
+        return sorted(p.rsplit("/", 1)[-1] for p in self.fs.ls(self.path, detail=False)
+                      if self.fs.isdir(p))
+
+    def show(self, model: str, version: int) -> RegistryEntry:
+        """One version's entry.
+
+        Raises:
+            NotRegistered: no such model or version.
+        """
+        path = self._entry_path(model, version)
+        if not self.fs.exists(path):
+            if model not in self.models():
+                raise NotRegistered(f"model {model!r}", self.models())
+            raise NotRegistered(f"{model}@v{version}")
+        return self._read(path)
+
+    def _read(self, path: str) -> RegistryEntry:
+        try:
+            return RegistryEntry.model_validate_json(self.fs.cat_file(path))
+        except ValidationError as exc:
+            raise config_error(path, exc) from None
+
+    def list(self, model: str | None = None) -> list[RegistryEntry]:
+        """Every entry, or one model's, ordered by model and version."""
+        names = [model] if model else self.models()
+        return [self.show(m, v) for m in names for v in self._versions(m)]
+
+    def resolve(self, model: str, stage: str) -> RegistryEntry:
+        """The newest version of ``model`` in ``stage``.
+
+        Raises:
+            NotRegistered: the model has no version in that stage.
+        """
+        check_stage(stage)
+        matches = [e for e in self.list(model) if e.stage == stage]
+        if not matches:
+            if model not in self.models():
+                raise NotRegistered(f"model {model!r}", self.models())
+            raise NotRegistered(f"a {stage} version of {model!r}")
+        return matches[-1]
+
+    def promote(self, model: str, version: int, stage: str) -> RegistryEntry:
+        """Move a version to ``stage``; promoting to production archives the previous one."""
+        check_stage(stage)
+        entry = self.show(model, version)
+        if stage == "production":
+            for other in self.list(model):
+                if other.version != version and other.stage == "production":
+                    self._set_stage(other, "archived")
+        return self._set_stage(entry, stage)
+
+    def _set_stage(self, entry: RegistryEntry, stage: str) -> RegistryEntry:
+        if entry.stage == stage:
+            return entry
+        change = StageChange(stage=stage, at=_now(), by=_who())
+        updated = entry.model_copy(
+            update={"stage": stage, "stage_history": [*entry.stage_history, change]}
+        )
+        write_atomic(self.fs, self._entry_path(entry.model, entry.version), _dump(updated))
+        log.info("%s: %s -> %s", entry.ref, entry.stage, stage)
+        return updated
+
+
+def _dump(entry: RegistryEntry) -> bytes:
+    return json.dumps(entry.model_dump(mode="json"), indent=2, sort_keys=True).encode()

@@ -1,0 +1,100 @@
+"""Files on a local path or any fsspec URL, written so that a reader never sees half a file.
+
+Local files are written to a temporary name in the same folder and then renamed (or hard-linked,
+when the name must not exist yet), which POSIX makes atomic. Object stores (``s3://`` and the
+like) publish an object only when its upload completes, so a plain write is already atomic there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+HASH_CHUNK = 4 * 1024 * 1024  # large reads keep hashing near hashlib's own throughput
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem for ``url`` and the path within it."""
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs, path
+
+
+def is_local(fs: Any) -> bool:
+    """Whether ``fs`` is the local filesystem (where rename and link are atomic)."""
+    return isinstance(fs, LocalFileSystem)
+
+
+def join(*parts: str) -> str:
+    """Join path segments with ``/`` (fsspec paths use forward slashes everywhere)."""
+    return "/".join(p.rstrip("/") for p in parts if p)
+
+
+def write_atomic(fs: Any, path: str, data: bytes, *, exclusive: bool = False) -> bool:
+    """Write ``data`` to ``path`` so readers see the old file, or the whole new one.
+
+    Args:
+        exclusive: fail (return ``False``) instead of replacing an existing file. Two writers
+            racing for the same name: exactly one gets ``True``.
+
+    Returns:
+        ``True`` when written, ``False`` only when ``exclusive`` and the name was taken.
+    """
+    if not is_local(fs):
+        if exclusive and fs.exists(path):
+            return False
+        fs.pipe_file(path, data)
+        return True
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if exclusive:
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                return False
+        else:
+            os.replace(tmp, target)
+        return True
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def unique_name(prefix: str, suffix: str) -> str:
+    """A file name no other writer will choose: ``prefix-<uuid4 hex>suffix``."""
+    return f"{prefix}-{uuid.uuid4().hex}{suffix}"
+
+
+def sha256_file(path: str | Path, fs: Any = None) -> tuple[str, int]:
+    """Stream a file through sha256.
+
+    Returns:
+        The hex digest and the size in bytes.
+    """
+    digest = hashlib.sha256()
+    size = 0
+    if fs is None or is_local(fs):
+        buffer = bytearray(HASH_CHUNK)
+        view = memoryview(buffer)
+        with open(path, "rb", buffering=0) as handle:
+            while n := handle.readinto(buffer):
+                digest.update(view[:n])
+                size += n
+        return digest.hexdigest(), size
+    with fs.open(str(path), "rb", block_size=HASH_CHUNK) as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
