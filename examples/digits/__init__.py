@@ -1,0 +1,1 @@
+"""The handwritten-digits example: a small CNN and its training script."""

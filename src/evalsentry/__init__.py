@@ -20,7 +20,16 @@ _LAZY = {
     "freeze_evalset": "evalsentry.evalsets",
     "evaluate": "evalsentry.inference",
 }
-__all__ = ["__version__", *_LAZY]
+__all__ = [
+    "Registry",
+    "__version__",
+    "evaluate",
+    "freeze_evalset",
+    "load_checkpoint",
+    "load_config",
+    "load_evalset",
+    "save_checkpoint",
+]
 
 
 def __getattr__(name: str) -> Any:

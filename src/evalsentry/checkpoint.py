@@ -55,6 +55,7 @@ def import_factory(spec: str) -> Callable[..., Any]:
 
     Raises:
         FactoryError: malformed, forbidden, unimportable, or missing attribute (did-you-mean).
+
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -135,6 +136,7 @@ def save_checkpoint(
 
     Returns:
         The path written.
+
     """
     import torch
 
@@ -148,7 +150,7 @@ def save_checkpoint(
         data=data,
         factory=factory,
         factory_kwargs=factory_kwargs,
-        torch_version=torch.__version__,
+        torch_version=str(torch.__version__),
         git_sha=git_sha,
         git_dirty=False if git_sha else None,
         repo=repo,
@@ -173,6 +175,7 @@ def read_payload(path: str | os.PathLike[str], map_location: str = "cpu") -> dic
 
     Raises:
         CheckpointNotFound, UnsafeCheckpoint, CheckpointCorrupt.
+
     """
     import torch
 
@@ -183,14 +186,16 @@ def read_payload(path: str | os.PathLike[str], map_location: str = "cpu") -> dic
         payload = torch.load(file, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         text = str(exc)
-        if "Weights only load failed" in text or "Unsupported global" in text:
-            detail = next(
-                (ln.strip() for ln in text.splitlines() if "Unsupported" in ln), "unsafe global"
-            )
-            raise UnsafeCheckpoint(file, detail[:200]) from None
-        raise CheckpointCorrupt(file, text.splitlines()[0][:200]) from None
+        # torch names a refused import "Unsupported global: GLOBAL x" or "unsupported GLOBAL x".
+        unsafe = [ln.strip() for ln in text.splitlines() if "GLOBAL" in ln]
+        if unsafe:
+            raise UnsafeCheckpoint(file, unsafe[0][:200]) from None
+        reason = next((ln.strip() for ln in text.splitlines() if "Unsupported" in ln), text)
+        raise CheckpointCorrupt(file, reason.splitlines()[0][:200]) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as exc:
-        raise CheckpointCorrupt(file, str(exc).splitlines()[0][:200] or type(exc).__name__) from None
+        raise CheckpointCorrupt(
+            file, str(exc).splitlines()[0][:200] or type(exc).__name__
+        ) from None
     if not isinstance(payload, dict) or any(k not in payload for k in _PAYLOAD_KEYS):
         keys = sorted(payload) if isinstance(payload, dict) else type(payload).__name__
         raise CheckpointCorrupt(file, f"not an evalsentry checkpoint (found {keys})")
@@ -217,6 +222,7 @@ def load_checkpoint(
     Raises:
         CheckpointNotFound, CheckpointChanged, CheckpointCorrupt, UnsafeCheckpoint,
         LineageMissing, FactoryError, StateDictMismatch.
+
     """
     file = Path(path)
     if not file.is_file():
@@ -234,12 +240,12 @@ def load_checkpoint(
 
 def complete_lineage(
     path: object,
-    lineage: Any,
+    recorded: Any,
     factory: str | None = None,
     factory_kwargs: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The lineage with a supplied factory filled in; raises listing every missing field."""
-    lineage = dict(lineage) if isinstance(lineage, Mapping) else {}
+    lineage: dict[str, Any] = dict(recorded) if isinstance(recorded, Mapping) else {}
     if factory is not None:
         lineage["model"] = {"factory": factory, "kwargs": dict(factory_kwargs or {})}
     missing = missing_fields(lineage)

@@ -42,7 +42,8 @@ class Tolerance(BaseModel):
         """The absolute drop allowed from ``reference``."""
         if isinstance(self.max_drop, str):
             match = _TOLERANCE.fullmatch(self.max_drop)
-            assert match is not None  # checked by the validator
+            if match is None:  # unreachable: the validator checked the form
+                raise ValueError(self.max_drop)
             amount = float(match.group(1))
             return abs(reference) * amount / 100 if match.group(2) else amount
         return float(self.max_drop)
@@ -117,6 +118,7 @@ def load_config(path: str | Path | None = None) -> Config:
 
     Raises:
         ConfigError: the file is named but missing, is not YAML, or a field is invalid.
+
     """
     explicit = path is not None
     file = Path(path) if path is not None else Path(CONFIG_FILE)
@@ -127,7 +129,9 @@ def load_config(path: str | Path | None = None) -> Config:
     try:
         data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(file, "", f"not valid YAML ({exc.__class__.__name__}); fix the syntax")
+        raise ConfigError(
+            file, "", f"not valid YAML ({exc.__class__.__name__}); fix the syntax"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(file, "", "expected a mapping of settings at the top level")
     try:

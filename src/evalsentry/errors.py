@@ -138,9 +138,7 @@ class StateDictMismatch(CheckpointError):
             parts.append(f"missing keys {', '.join(self.missing[:10])}")
         if self.unexpected:
             parts.append(f"unexpected keys {', '.join(self.unexpected[:10])}")
-        super().__init__(
-            path, "weights do not fit the model factory: " + "; ".join(parts)
-        )
+        super().__init__(path, "weights do not fit the model factory: " + "; ".join(parts))
 
 
 # --- registry ---------------------------------------------------------------------------------
@@ -153,8 +151,8 @@ class RegistryError(UsageError):
 class NotRegistered(RegistryError):
     """No such model, version or stage in the registry."""
 
-    def __init__(self, what: str, known: Iterable[str] = ()) -> None:
-        super().__init__(f"{what} is not registered{did_you_mean(what, known)}")
+    def __init__(self, what: str, name: str = "", known: Iterable[str] = ()) -> None:
+        super().__init__(f"{what} is not registered.{did_you_mean(name, known)}".rstrip("."))
 
 
 # --- evalsets ---------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""Lineage: where a checkpoint came from (code, data, configuration, seed, time).
+r"""Lineage: where a checkpoint came from (code, data, configuration, seed, time).
 
 ``data_sha256`` defines the training-data hash. Each file is hashed by streaming its bytes; the
-hash is then sha256 over the sorted lines ``"<file sha256>  <name>\\n"``, where ``name`` is the
+hash is then sha256 over the sorted lines ``"<file sha256>  <name>\n"``, where ``name`` is the
 path relative to the folder for a directory, and the base name for a file or a list of files.
 The result depends on content and names, never on listing order or on where the data lives.
 """
@@ -52,6 +52,7 @@ def git_state(repo: str | os.PathLike[str] | None = None) -> tuple[str, bool]:
 
     Raises:
         NotInGitRepo: outside a git repository and no override is set.
+
     """
     if sha := os.environ.get(GIT_SHA_ENV):
         return sha, os.environ.get(GIT_DIRTY_ENV, "0") not in ("0", "", "false")
@@ -65,8 +66,14 @@ def git_state(repo: str | os.PathLike[str] | None = None) -> tuple[str, bool]:
 
 
 def _git(where: Path, *args: str) -> str:
-    result = subprocess.run(  # nosec B603 B607 - fixed git arguments, no shell
-        ["git", *args], cwd=where, check=True, capture_output=True, text=True, timeout=30
+    # Fixed git arguments, no shell; git is looked up on PATH like any developer tool.
+    result = subprocess.run(  # noqa: S603
+        ["git", *args],  # noqa: S607
+        cwd=where,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     return result.stdout.strip()
 
@@ -78,6 +85,7 @@ def data_sha256(data: DataSource) -> str:
 
     Raises:
         UsageError: a named file or folder does not exist, or the folder is empty.
+
     """
     if isinstance(data, str | os.PathLike):
         root = Path(data)
@@ -115,7 +123,9 @@ def check_json_config(config: Mapping[str, Any], where: str = "config") -> dict[
             raise ConfigError(where, path, "NaN/inf is not a reproducible setting")
         if value is None or isinstance(value, str | bool | int | float):
             return value
-        raise ConfigError(where, path, f"{type(value).__name__} is not JSON-safe; use a plain value")
+        raise ConfigError(
+            where, path, f"{type(value).__name__} is not JSON-safe; use a plain value"
+        )
 
     safe = check(config, "config")
     json.dumps(safe, allow_nan=False)

@@ -100,6 +100,7 @@ class Registry:
 
         Raises:
             CheckpointNotFound, UnsafeCheckpoint, CheckpointCorrupt, LineageMissing, InvalidName.
+
         """
         check_name("model", model)
         check_stage(stage)
@@ -124,7 +125,9 @@ class Registry:
                 registered_at=_now(),
                 stage_history=[StageChange(stage=stage, at=_now(), by=_who())],
             )
-            if write_atomic(self.fs, self._entry_path(model, version), _dump(entry), exclusive=True):
+            if write_atomic(
+                self.fs, self._entry_path(model, version), _dump(entry), exclusive=True
+            ):
                 log.info("registered %s (%s)", entry.ref, sha[:12])
                 if stage == "production":
                     return self.promote(model, version, "production")
@@ -151,19 +154,21 @@ class Registry:
         """Names of every registered model."""
         if not self.fs.exists(self.path):
             return []
-        return sorted(p.rsplit("/", 1)[-1] for p in self.fs.ls(self.path, detail=False)
-                      if self.fs.isdir(p))
+        return sorted(
+            p.rsplit("/", 1)[-1] for p in self.fs.ls(self.path, detail=False) if self.fs.isdir(p)
+        )
 
     def show(self, model: str, version: int) -> RegistryEntry:
         """One version's entry.
 
         Raises:
             NotRegistered: no such model or version.
+
         """
         path = self._entry_path(model, version)
         if not self.fs.exists(path):
             if model not in self.models():
-                raise NotRegistered(f"model {model!r}", self.models())
+                raise NotRegistered(f"model {model!r}", model, self.models())
             raise NotRegistered(f"{model}@v{version}")
         return self._read(path)
 
@@ -183,12 +188,13 @@ class Registry:
 
         Raises:
             NotRegistered: the model has no version in that stage.
+
         """
         check_stage(stage)
         matches = [e for e in self.list(model) if e.stage == stage]
         if not matches:
             if model not in self.models():
-                raise NotRegistered(f"model {model!r}", self.models())
+                raise NotRegistered(f"model {model!r}", model, self.models())
             raise NotRegistered(f"a {stage} version of {model!r}")
         return matches[-1]
 

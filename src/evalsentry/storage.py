@@ -45,6 +45,7 @@ def write_atomic(fs: Any, path: str, data: bytes, *, exclusive: bool = False) ->
 
     Returns:
         ``True`` when written, ``False`` only when ``exclusive`` and the name was taken.
+
     """
     if not is_local(fs):
         if exclusive and fs.exists(path):
@@ -65,11 +66,10 @@ def write_atomic(fs: Any, path: str, data: bytes, *, exclusive: bool = False) ->
             except FileExistsError:
                 return False
         else:
-            os.replace(tmp, target)
+            Path(tmp).replace(target)
         return True
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)
 
 
 def unique_name(prefix: str, suffix: str) -> str:
@@ -82,6 +82,7 @@ def sha256_file(path: str | Path, fs: Any = None) -> tuple[str, int]:
 
     Returns:
         The hex digest and the size in bytes.
+
     """
     digest = hashlib.sha256()
     size = 0

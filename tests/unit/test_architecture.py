@@ -1,0 +1,34 @@
+"""Layering rules: the library never imports Prefect; fast paths stay light."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).parents[2] / "src" / "evalsentry"
+
+
+def test_library_never_imports_prefect() -> None:
+    """No module under src/evalsentry imports prefect, at any depth of the code."""
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "prefect"]
+    assert offenders == []
+
+
+def test_importing_the_package_and_cli_loads_no_heavy_module() -> None:
+    """`import evalsentry.cli` pulls in neither torch, great_expectations nor prefect."""
+    code = (
+        "import sys, evalsentry, evalsentry.cli;"
+        "print(sorted(m for m in ('torch','great_expectations','prefect','pandas') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,165 @@
+"""The checkpoint registry: pinning, versions, stages, and refusals."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from evalsentry.errors import (
+    CheckpointNotFound,
+    ConfigError,
+    InvalidName,
+    LineageMissing,
+    NotRegistered,
+    UnsafeCheckpoint,
+)
+from evalsentry.registry import Registry
+from evalsentry.storage import sha256_file
+from tests.models import Marker, TinyNet
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Registry:
+    """An empty registry in its own folder."""
+    return Registry(str(tmp_path / "registry"))
+
+
+class TestRegister:
+    def test_pins_sha_and_size_and_records_lineage(
+        self, registry: Registry, tiny_checkpoint: Path
+    ) -> None:
+        """Registration pins the file's hash and size and keeps its lineage and metrics."""
+        entry = registry.register(tiny_checkpoint, "tiny")
+        sha, size = sha256_file(tiny_checkpoint)
+        assert (entry.version, entry.stage, entry.sha256, entry.size) == (1, "candidate", sha, size)
+        assert entry.uri == str(tiny_checkpoint.resolve())
+        assert entry.lineage["model"]["factory"] == "tests.models:TinyNet"
+        assert entry.metrics == {"val_accuracy": 0.5}
+        assert registry.show("tiny", 1) == entry
+
+    def test_versions_increase(self, registry: Registry, tiny_checkpoint: Path) -> None:
+        """Each registration of a model gets the next version."""
+        versions = [registry.register(tiny_checkpoint, "tiny").version for _ in range(3)]
+        assert versions == [1, 2, 3]
+
+    def test_racing_registrations_get_distinct_versions(
+        self, registry: Registry, tiny_checkpoint: Path
+    ) -> None:
+        """Concurrent registrations all succeed, with distinct versions, none overwritten."""
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            entries = list(pool.map(lambda _: registry.register(tiny_checkpoint, "tiny"), range(8)))
+        assert sorted(e.version for e in entries) == list(range(1, 9))
+        assert [e.version for e in registry.list("tiny")] == list(range(1, 9))
+
+    def test_copy_stores_the_file_inside_the_registry(
+        self, registry: Registry, tiny_checkpoint: Path
+    ) -> None:
+        """--copy keeps a registry-owned copy with the same hash."""
+        entry = registry.register(tiny_checkpoint, "tiny", copy=True)
+        assert entry.uri.startswith(registry.path)
+        assert sha256_file(entry.uri)[0] == entry.sha256
+
+    def test_missing_lineage_is_refused_listing_fields(
+        self, registry: Registry, tmp_path: Path
+    ) -> None:
+        """A checkpoint without lineage is not registered; the fields are listed."""
+        path = tmp_path / "bare.pt"
+        torch.save({"model_state_dict": TinyNet().state_dict(), "lineage": {}}, path)
+        with pytest.raises(LineageMissing, match="git_sha, data_sha, config"):
+            registry.register(path, "tiny")
+        assert registry.list() == []
+
+    def test_missing_factory_can_be_supplied(self, registry: Registry, tmp_path: Path) -> None:
+        """A plain-recipe checkpoint registers once the factory is supplied."""
+        path = tmp_path / "plain.pt"
+        lineage = {
+            "git_sha": "abc",
+            "data_sha": "d" * 64,
+            "config": {"lr": 1},
+            "timestamp_utc": "2026-11-30T06:00:00+00:00",
+        }
+        torch.save({"model_state_dict": TinyNet().state_dict(), "lineage": lineage}, path)
+        with pytest.raises(LineageMissing, match=r"model\.factory.*--factory"):
+            registry.register(path, "tiny")
+        entry = registry.register(
+            path, "tiny", factory="tests.models:TinyNet", factory_kwargs={"features": 4}
+        )
+        assert entry.lineage["model"] == {
+            "factory": "tests.models:TinyNet",
+            "kwargs": {"features": 4},
+        }
+
+    def test_malicious_checkpoint_is_refused_at_registration(
+        self, registry: Registry, tmp_path: Path
+    ) -> None:
+        """Registering a code-running pickle is refused and runs nothing."""
+        marker = tmp_path / "pwned"
+        path = tmp_path / "evil.pt"
+        torch.save({"model_state_dict": {}, "lineage": Marker(str(marker))}, path)
+        with pytest.raises(UnsafeCheckpoint):
+            registry.register(path, "tiny")
+        assert not marker.exists()
+
+    @pytest.mark.parametrize("name", ["../x", "/abs", "a/b", "..", "", "x y", ".hidden"])
+    def test_path_tricks_in_model_names_are_refused(
+        self, registry: Registry, tiny_checkpoint: Path, name: str
+    ) -> None:
+        """Model names can never address files outside the model's folder."""
+        with pytest.raises(InvalidName):
+            registry.register(tiny_checkpoint, name)
+
+    def test_missing_checkpoint(self, registry: Registry, tmp_path: Path) -> None:
+        """A missing file is named."""
+        with pytest.raises(CheckpointNotFound):
+            registry.register(tmp_path / "none.pt", "tiny")
+
+
+class TestStages:
+    def test_promote_keeps_one_production_and_archives_the_previous(
+        self, registry: Registry, tiny_checkpoint: Path
+    ) -> None:
+        """At most one production version per model; the old one becomes archived."""
+        registry.register(tiny_checkpoint, "tiny", stage="production")
+        registry.register(tiny_checkpoint, "tiny")
+        registry.promote("tiny", 2, "production")
+        stages = {e.version: e.stage for e in registry.list("tiny")}
+        assert stages == {1: "archived", 2: "production"}
+        assert registry.resolve("tiny", "production").version == 2
+        history = [c.stage for c in registry.show("tiny", 1).stage_history]
+        assert history == ["production", "archived"]
+        assert all(c.at and c.by for c in registry.show("tiny", 1).stage_history)
+
+    def test_resolve_without_a_version_in_stage(
+        self, registry: Registry, tiny_checkpoint: Path
+    ) -> None:
+        """Asking for a stage no version is in is a clear error."""
+        registry.register(tiny_checkpoint, "tiny")
+        with pytest.raises(NotRegistered, match="production version of 'tiny'"):
+            registry.resolve("tiny", "production")
+
+    def test_unknown_model_suggests_a_name(self, registry: Registry, tiny_checkpoint: Path) -> None:
+        """A misspelt model name gets a did-you-mean."""
+        registry.register(tiny_checkpoint, "digits")
+        with pytest.raises(NotRegistered, match="Did you mean 'digits'"):
+            registry.show("digitz", 1)
+
+    def test_unknown_stage_is_refused(self, registry: Registry, tiny_checkpoint: Path) -> None:
+        """Only the three stages exist."""
+        registry.register(tiny_checkpoint, "tiny")
+        with pytest.raises(InvalidName, match="candidate, production, archived"):
+            registry.promote("tiny", 1, "prod")
+
+
+def test_malformed_entry_names_file_and_field(registry: Registry, tiny_checkpoint: Path) -> None:
+    """A hand-edited registry entry with a bad field is reported with file and field."""
+    registry.register(tiny_checkpoint, "tiny")
+    entry_file = Path(registry.path) / "tiny" / "v000001.json"
+    doc = json.loads(entry_file.read_text())
+    doc["size"] = "large"
+    entry_file.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match=r"v000001\.json: size"):
+        registry.list("tiny")
