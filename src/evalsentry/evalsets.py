@@ -1,0 +1,529 @@
+"""Frozen, hash-pinned evaluation sets.
+
+An evalset is a folder: ``data/*.parquet`` (zstd), ``evalset.yaml`` (the manifest: spec, Arrow
+schema, each file's sha256 and size) and ``expectations.json`` (a Great Expectations suite).
+
+Identity: ``evalset_sha256`` is sha256 over the canonical JSON (sorted keys, no spaces) of
+``{"files": [[path, sha256], ...] sorted by path, "id_column", "inputs", "target", "task"}``:
+it changes when the data or anything that changes results changes, and not when a description
+is edited. Frozen means every use re-verifies the files against the manifest first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import shutil
+import tempfile
+import threading
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from evalsentry.config import config_error
+from evalsentry.errors import EvalsetError, EvalsetInvalid, EvalsetTampered, did_you_mean
+from evalsentry.names import check_name
+from evalsentry.storage import sha256_file
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+
+    from evalsentry.validation import ValidationSummary
+
+log = logging.getLogger(__name__)
+
+MANIFEST, SUITE, DATA_DIR = "evalset.yaml", "expectations.json", "data"
+DATA_FILE = "part-000.parquet"
+_TENSOR_DTYPES = {"float32": pa.float32(), "float64": pa.float64(), "float16": pa.float16()}
+
+
+class InputsSpec(BaseModel):
+    """Model inputs: numeric feature ``columns``, or one fixed-size list ``column`` + ``shape``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    columns: list[str] | None = None
+    column: str | None = None
+    shape: list[int] | None = None
+    dtype: Literal["float32", "float64", "float16"] = "float32"
+
+    @model_validator(mode="after")
+    def _one_form(self) -> InputsSpec:
+        if (self.columns is None) == (self.column is None):
+            raise ValueError("give either 'columns' (feature columns) or 'column' with 'shape'")
+        if self.column is not None and (not self.shape or any(d < 1 for d in self.shape)):
+            raise ValueError("a tensor 'column' needs a 'shape' of positive sizes, e.g. [1, 8, 8]")
+        return self
+
+    @property
+    def size(self) -> int:
+        """Values per example."""
+        return math.prod(self.shape) if self.shape else len(self.columns or [])
+
+    @property
+    def example_shape(self) -> tuple[int, ...]:
+        """Shape of one example's input tensor."""
+        return tuple(self.shape) if self.shape else (len(self.columns or []),)
+
+
+class DataFile(BaseModel):
+    """A data file pinned by hash and size."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    path: str
+    sha256: str = Field(min_length=64, max_length=64)
+    size: int = Field(ge=0)
+
+
+class EvalsetSpec(BaseModel):
+    """``evalset.yaml``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    version: int = Field(1, ge=1)
+    description: str = ""
+    provenance: str = ""
+    license: str = ""
+    task: Literal["classification", "regression"]
+    id_column: str
+    target: str
+    inputs: InputsSpec
+    slices: list[str] = Field(default_factory=list)
+    classes: list[int] | list[str] | None = None
+    metrics: list[str] | None = None
+    num_rows: int = Field(ge=0)
+    schema_: dict[str, str] = Field(alias="schema")
+    files: list[DataFile]
+    evalset_sha256: str
+    frozen_at: str
+
+    def identity(self) -> str:
+        """Recompute ``evalset_sha256`` from the fields that change results."""
+        return evalset_identity(self.files, self.task, self.inputs, self.target, self.id_column)
+
+    @property
+    def num_classes(self) -> int | None:
+        """Number of classes for classification."""
+        return len(self.classes) if self.classes is not None else None
+
+
+def evalset_identity(
+    files: Sequence[DataFile], task: str, inputs: InputsSpec, target: str, id_column: str
+) -> str:
+    """The evalset's identity hash; see the module docstring."""
+    canonical = {
+        "files": sorted([f.path, f.sha256] for f in files),
+        "id_column": id_column,
+        "inputs": inputs.model_dump(mode="json", exclude_none=True),
+        "target": target,
+        "task": task,
+    }
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Evalset:
+    """A verified evalset in memory: inputs as one tensor, plus targets, ids and slices."""
+
+    spec: EvalsetSpec
+    folder: Path
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    ids: np.ndarray
+    slices: dict[str, np.ndarray]
+
+    @property
+    def sha256(self) -> str:
+        """The evalset's identity hash."""
+        return self.spec.evalset_sha256
+
+    def __len__(self) -> int:
+        return int(self.spec.num_rows)
+
+
+# --- reading the manifest ---------------------------------------------------------------------
+
+
+def evalset_folder(name_or_path: str | Path, evalsets_dir: str | Path | None = None) -> Path:
+    """Resolve an evalset name (under ``evalsets_dir``) or folder path to its folder.
+
+    Raises:
+        EvalsetError: no such evalset (with a did-you-mean among the known ones).
+    """
+    candidate = Path(name_or_path)
+    if (candidate / MANIFEST).is_file():
+        return candidate
+    root = Path(evalsets_dir or "evalsets")
+    if isinstance(name_or_path, str) and "/" not in name_or_path:
+        check_name("evalset", name_or_path)
+        if (root / name_or_path / MANIFEST).is_file():
+            return root / name_or_path
+    known = list_evalsets(root)
+    raise EvalsetError(
+        f"evalset {str(name_or_path)!r} not found in {root}.{did_you_mean(str(name_or_path), known)}"
+    )
+
+
+def list_evalsets(root: str | Path) -> list[str]:
+    """Names of the evalset folders under ``root``."""
+    base = Path(root)
+    return sorted(p.parent.name for p in base.glob(f"*/{MANIFEST}")) if base.is_dir() else []
+
+
+def read_spec(folder: Path) -> EvalsetSpec:
+    """Parse ``evalset.yaml``; errors name the file and field."""
+    path = folder / MANIFEST
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return EvalsetSpec.model_validate(data)
+    except yaml.YAMLError as exc:
+        raise EvalsetError(
+            f"{path}: not valid YAML ({type(exc).__name__}); fix the syntax"
+        ) from None
+    except ValidationError as exc:
+        raise config_error(path, exc) from None
+
+
+def read_suite(folder: Path) -> dict[str, Any]:
+    """The stored expectation suite."""
+    path = folder / SUITE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    except (OSError, json.JSONDecodeError) as exc:
+        raise EvalsetError(f"{path}: cannot read the expectation suite ({exc})") from None
+
+
+# --- hashing ----------------------------------------------------------------------------------
+
+_HASH_CACHE: dict[str, tuple[int, int, str]] = {}
+_HASH_LOCK = threading.Lock()
+
+
+def cached_sha256(path: Path) -> str:
+    """sha256 of a file, hashed once per process while its size and mtime stay the same."""
+    stat = path.stat()
+    key = str(path.resolve())
+    with _HASH_LOCK:
+        hit = _HASH_CACHE.get(key)
+    if hit and hit[0] == stat.st_size and hit[1] == stat.st_mtime_ns:
+        return hit[2]
+    digest, _ = sha256_file(path)
+    with _HASH_LOCK:
+        _HASH_CACHE[key] = (stat.st_size, stat.st_mtime_ns, digest)
+    return digest
+
+
+def verify_files(folder: Path, spec: EvalsetSpec) -> None:
+    """Check every data file against the manifest: none missing, none extra, none changed.
+
+    Raises:
+        EvalsetTampered: naming the file, the expected and the actual hash.
+    """
+    listed = {f.path for f in spec.files}
+    present = {
+        p.relative_to(folder).as_posix() for p in (folder / DATA_DIR).rglob("*") if p.is_file()
+    }
+    for extra in sorted(present - listed):
+        raise EvalsetTampered(folder / extra, "(not in the manifest)", "an unexpected extra file")
+    for pinned in spec.files:
+        path = folder / pinned.path
+        if not path.is_file():
+            raise EvalsetTampered(path, pinned.sha256, "(file missing)")
+        actual = cached_sha256(path)
+        if actual != pinned.sha256:
+            raise EvalsetTampered(path, pinned.sha256, actual)
+    if spec.identity() != spec.evalset_sha256:
+        raise EvalsetTampered(folder / MANIFEST, spec.evalset_sha256, spec.identity())
+
+
+def read_table(folder: Path, spec: EvalsetSpec) -> pa.Table:
+    """The evalset's rows as one Arrow table, its schema checked against the manifest."""
+    tables = [pq.read_table(folder / f.path) for f in spec.files]
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    actual = {f.name: str(f.type) for f in table.schema}
+    if actual != spec.schema_:
+        changed = sorted(set(actual.items()) ^ set(spec.schema_.items()))
+        raise EvalsetError(
+            f"{folder / MANIFEST}: schema: data does not match the pinned schema {changed}"
+        )
+    return table
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def load_evalset(
+    name_or_path: str | Path,
+    *,
+    evalsets_dir: str | Path | None = None,
+    verify: bool = True,
+) -> Evalset:
+    """Verify an evalset's files and load it for inference.
+
+    Args:
+        name_or_path: an evalset name under ``evalsets_dir``, or its folder.
+        evalsets_dir: where names are looked up (default ``./evalsets``).
+        verify: re-hash the files against the manifest. Only benchmarks turn this off.
+
+    Raises:
+        EvalsetError: unknown evalset, malformed manifest, data not matching the inputs spec.
+        EvalsetTampered: a file is missing, extra or changed since freeze.
+    """
+    folder = evalset_folder(name_or_path, evalsets_dir)
+    spec = read_spec(folder)
+    if verify:
+        verify_files(folder, spec)
+    table = read_table(folder, spec)
+    inputs = _inputs_tensor(table, spec.inputs, folder)
+    import torch
+
+    target = table.column(spec.target).to_numpy()
+    if spec.task == "classification":
+        classes = list(spec.classes or [])
+        index = {c: i for i, c in enumerate(classes)}
+        targets = torch.as_tensor([index[v] for v in target.tolist()], dtype=torch.int64)
+    else:
+        targets = torch.as_tensor(target, dtype=torch.float32)
+    ids = table.column(spec.id_column).to_numpy(zero_copy_only=False).astype(str)
+    slices = {s: table.column(s).to_numpy(zero_copy_only=False) for s in spec.slices}
+    return Evalset(spec, folder, inputs, targets, ids, slices)
+
+
+def _inputs_tensor(table: pa.Table, inputs: InputsSpec, where: Path) -> torch.Tensor:
+    import torch
+
+    if inputs.column is not None:
+        array = table.column(inputs.column).combine_chunks()
+        if not pa.types.is_fixed_size_list(array.type) or array.type.list_size != inputs.size:
+            raise EvalsetError(
+                f"{where / MANIFEST}: inputs: column {inputs.column!r} is {array.type}, but the "
+                f"shape {inputs.shape} needs fixed_size_list<{inputs.dtype}>[{inputs.size}]"
+            )
+        flat = array.flatten().to_numpy(zero_copy_only=array.null_count == 0)
+        with warnings.catch_warnings():
+            # Arrow's buffers are read-only; the tensor shares them (zero-copy) and is never written.
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            tensor = torch.from_numpy(flat)
+        return tensor.reshape(len(array), *inputs.example_shape)
+    columns = [table.column(c).to_numpy() for c in inputs.columns or []]
+    return torch.from_numpy(np.stack(columns, axis=1).astype(inputs.dtype))
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+def validate_evalset(
+    name_or_path: str | Path, evalsets_dir: str | Path | None = None
+) -> ValidationSummary:
+    """Verify the files, then run the expectation suite over the data's scalar view.
+
+    Raises:
+        EvalsetTampered: a file changed since freeze (checked first: no GX run on bad bytes).
+    """
+    from evalsentry.validation import run_suite, validation_frame
+
+    folder = evalset_folder(name_or_path, evalsets_dir)
+    spec = read_spec(folder)
+    verify_files(folder, spec)
+    frame = validation_frame(read_table(folder, spec), spec.inputs.column)
+    return run_suite(frame, read_suite(folder))
+
+
+def check_evalset(
+    name_or_path: str | Path, evalsets_dir: str | Path | None = None
+) -> ValidationSummary:
+    """``validate_evalset`` that raises ``EvalsetInvalid`` when an expectation fails."""
+    summary = validate_evalset(name_or_path, evalsets_dir)
+    if not summary.success:
+        raise EvalsetInvalid(
+            str(name_or_path),
+            [
+                {
+                    "expectation": f.expectation,
+                    "column": f.column,
+                    "unexpected_count": f.unexpected_count,
+                }
+                for f in summary.failures
+            ],
+        )
+    return summary
+
+
+# --- freezing ---------------------------------------------------------------------------------
+
+
+def freeze_evalset(
+    data: pa.Table | pd.DataFrame,
+    dest: str | Path,
+    *,
+    name: str,
+    task: Literal["classification", "regression"],
+    target: str,
+    inputs: InputsSpec,
+    id_column: str | None = None,
+    slices: Sequence[str] = (),
+    classes: Sequence[Any] | None = None,
+    metrics: Sequence[str] | None = None,
+    version: int = 1,
+    description: str = "",
+    provenance: str = "",
+    license: str = "",
+) -> EvalsetSpec:
+    """Freeze data into ``dest``: Parquet, manifest with hashes, generated expectation suite.
+
+    The folder appears whole or not at all (written aside, then renamed into place), and an
+    existing evalset is never overwritten: a new version is a new folder.
+
+    Raises:
+        EvalsetError: ``dest`` exists, or the data does not match the inputs spec, target, id
+            or slice columns.
+    """
+    from evalsentry.validation import build_suite, validation_frame
+
+    check_name("evalset", name)
+    dest = Path(dest)
+    if dest.exists():
+        raise EvalsetError(
+            f"{dest}: an evalset is already frozen here; frozen data is never overwritten. "
+            f"Freeze the new data as a new version, e.g. --name {name}-v{version + 1} --version {version + 1}"
+        )
+    table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=False)
+    table, id_column = _with_ids(table, id_column, name)
+    table = _normalise_inputs(table, inputs, dest)
+    for column, role in [(target, "target"), *((s, "slices") for s in slices)]:
+        if column not in table.column_names:
+            raise EvalsetError(
+                f"{role}: column {column!r} not in the data{did_you_mean(column, table.column_names)}"
+            )
+    if table.column(id_column).null_count or len(pc.unique(table.column(id_column))) != len(table):
+        raise EvalsetError(f"id_column: {id_column!r} must be unique and non-null")
+    if task == "classification" and classes is None:
+        classes = sorted(pc.unique(table.column(target)).to_pylist())
+    tmp = Path(
+        tempfile.mkdtemp(dir=dest.parent if dest.parent.exists() else None, prefix=f".{name}.")
+    )
+    try:
+        (tmp / DATA_DIR).mkdir()
+        pq.write_table(table, tmp / DATA_DIR / DATA_FILE, compression="zstd")
+        digest, size = sha256_file(tmp / DATA_DIR / DATA_FILE)
+        files = [DataFile(path=f"{DATA_DIR}/{DATA_FILE}", sha256=digest, size=size)]
+        spec = EvalsetSpec(
+            name=name,
+            version=version,
+            description=description,
+            provenance=provenance,
+            license=license,
+            task=task,
+            id_column=id_column,
+            target=target,
+            inputs=inputs,
+            slices=list(slices),
+            classes=list(classes) if classes is not None else None,
+            metrics=list(metrics) if metrics else None,
+            num_rows=len(table),
+            # Pinned as read back: Parquet renames list items, so this is what loads will see.
+            schema={f.name: str(f.type) for f in pq.read_schema(tmp / DATA_DIR / DATA_FILE)},
+            files=files,
+            evalset_sha256=evalset_identity(files, task, inputs, target, id_column),
+            frozen_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        frame = validation_frame(table, inputs.column)
+        suite = build_suite(
+            frame,
+            name=f"{name}-v{version}",
+            id_column=id_column,
+            target=target,
+            task=task,
+            classes=spec.classes,
+            tensor_column=inputs.column,
+            tensor_size=inputs.size if inputs.column else None,
+            feature_columns=inputs.columns or [],
+        )
+        (tmp / SUITE).write_text(json.dumps(suite, indent=2, sort_keys=True) + "\n")
+        manifest = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+        (tmp / MANIFEST).write_text(
+            yaml.safe_dump(manifest, sort_keys=False, width=100, default_flow_style=None)
+        )
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("froze evalset %s v%d (%d rows) in %s", name, version, len(table), dest)
+    return spec
+
+
+def read_source(path: str | Path) -> pa.Table:
+    """Read the rows to freeze from a Parquet or CSV file."""
+    source = Path(path)
+    if not source.is_file():
+        raise EvalsetError(f"{source}: source file not found")
+    if source.suffix.lower() == ".csv":
+        import pyarrow.csv as pcsv
+
+        return pcsv.read_csv(source)
+    if source.suffix.lower() in (".parquet", ".pq"):
+        return pq.read_table(source)
+    raise EvalsetError(f"{source}: unsupported source format; use a .parquet or .csv file")
+
+
+def _with_ids(table: pa.Table, id_column: str | None, name: str) -> tuple[pa.Table, str]:
+    if id_column is not None:
+        if id_column not in table.column_names:
+            raise EvalsetError(
+                f"id_column: {id_column!r} not in the data{did_you_mean(id_column, table.column_names)}"
+            )
+        return table, id_column
+    # A deterministic id from the row position: the same data frozen twice gets the same ids.
+    ids = pa.array([f"{name}-{i:06d}" for i in range(len(table))])
+    return table.add_column(0, "id", ids), "id"
+
+
+def _normalise_inputs(table: pa.Table, inputs: InputsSpec, dest: Path) -> pa.Table:
+    """Check the inputs spec against the data; store a tensor column as a fixed-size list."""
+    wanted = inputs.columns if inputs.columns is not None else [inputs.column]
+    for column in wanted:
+        if column not in table.column_names:
+            raise EvalsetError(
+                f"{dest}: inputs: column {column!r} not in the data"
+                f"{did_you_mean(str(column), table.column_names)}"
+            )
+    if inputs.columns is not None:
+        for column in inputs.columns:
+            if not pa.types.is_integer(table.column(column).type) and not pa.types.is_floating(
+                table.column(column).type
+            ):
+                raise EvalsetError(f"{dest}: inputs: feature column {column!r} is not numeric")
+        return table
+    column = str(inputs.column)
+    array = table.column(column).combine_chunks()
+    if not (
+        pa.types.is_list(array.type)
+        or pa.types.is_large_list(array.type)
+        or pa.types.is_fixed_size_list(array.type)
+    ):
+        raise EvalsetError(
+            f"{dest}: inputs: column {column!r} is {array.type}, not a list of numbers"
+        )
+    lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
+    if len(lengths) and (np.nanmin(lengths) != inputs.size or np.nanmax(lengths) != inputs.size):
+        bad = int(np.flatnonzero(lengths != inputs.size)[0])
+        raise EvalsetError(
+            f"{dest}: inputs: shape {inputs.shape} needs {inputs.size} values per row, "
+            f"row {bad} of {column!r} has {lengths[bad]}"
+        )
+    values = array.flatten().cast(_TENSOR_DTYPES[inputs.dtype])
+    fixed = pa.FixedSizeListArray.from_arrays(values, inputs.size)
+    return table.set_column(table.column_names.index(column), column, fixed)

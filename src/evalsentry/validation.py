@@ -1,0 +1,212 @@
+"""Great Expectations integrity checks of an evaluation set's values.
+
+GX only ever sees scalar columns: a tensor column is summarised per row (vector length,
+NaN/inf count, minimum, maximum) with numpy over the Arrow buffer first, because handing GX a
+column of arrays makes it pickle the whole frame (10x slower, twice the memory). Column types
+are checked against the pinned Arrow schema by ``evalsets``, not by GX type expectations,
+which misread pandas 3 dtypes. GX is imported lazily (4+ s) and each validation gets its own
+ephemeral context, since contexts are not thread-safe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+log = logging.getLogger(__name__)
+
+LENGTH, NONFINITE, ROW_MIN, ROW_MAX = "__len", "__nonfinite", "__min", "__max"
+EXAMPLES_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class ExpectationOutcome:
+    """One expectation's result in plain values."""
+
+    expectation: str
+    column: str | None
+    success: bool
+    observed: Any = None
+    unexpected_count: int | None = None
+    unexpected_examples: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ValidationSummary:
+    """A whole suite's result, ready for reports and the history."""
+
+    success: bool
+    evaluated: int
+    failed: int
+    outcomes: list[ExpectationOutcome]
+
+    @property
+    def failures(self) -> list[ExpectationOutcome]:
+        """The expectations that failed."""
+        return [o for o in self.outcomes if not o.success]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form."""
+        return json.loads(json.dumps(asdict(self), default=str))  # type: ignore[no-any-return]
+
+
+def tensor_summaries(column: pa.ChunkedArray | pa.Array, name: str) -> dict[str, np.ndarray]:
+    """Per-row length, NaN/inf count, min and max of a list column, named ``<name>__len`` etc."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    lengths = array.value_lengths().to_numpy(zero_copy_only=False)
+    n = len(array)
+    if pa.types.is_fixed_size_list(array.type) and array.null_count == 0:
+        # Fast path: one (rows, width) view over the Arrow buffer.
+        width = array.type.list_size
+        flat = array.flatten().to_numpy(zero_copy_only=False).reshape(n, width)
+        finite = np.isfinite(flat)
+        nonfinite = (~finite).sum(axis=1)
+        safe = np.where(finite, flat, np.nan)
+        with np.errstate(all="ignore"):
+            row_min, row_max = np.nanmin(safe, axis=1), np.nanmax(safe, axis=1)
+    else:
+        nonfinite, row_min, row_max = np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan)
+        for i, value in enumerate(array.to_pylist()):
+            row = np.asarray(value if value is not None else [], dtype=np.float64)
+            finite = np.isfinite(row)
+            nonfinite[i] = int((~finite).sum())
+            if finite.any():
+                row_min[i], row_max[i] = row[finite].min(), row[finite].max()
+    return {
+        name + LENGTH: np.nan_to_num(lengths, nan=-1).astype(np.int64),
+        name + NONFINITE: np.asarray(nonfinite, dtype=np.int64),
+        name + ROW_MIN: row_min.astype(np.float64),
+        name + ROW_MAX: row_max.astype(np.float64),
+    }
+
+
+def validation_frame(table: pa.Table, tensor_column: str | None) -> pd.DataFrame:
+    """The scalar view of an evalset that GX validates: the tensor column becomes summaries."""
+    import pandas as pd
+
+    data: dict[str, Any] = {}
+    for name in table.column_names:
+        if name == tensor_column:
+            data.update(tensor_summaries(table.column(name), name))
+        else:
+            data[name] = table.column(name).to_pandas()
+    return pd.DataFrame(data)
+
+
+def build_suite(
+    frame: pd.DataFrame,
+    *,
+    name: str,
+    id_column: str,
+    target: str,
+    task: str,
+    classes: Sequence[Any] | None,
+    tensor_column: str | None,
+    tensor_size: int | None,
+    feature_columns: Sequence[str],
+) -> dict[str, Any]:
+    """Generate the expectation suite of a dataset being frozen, as GX's JSON document.
+
+    Exact row count, ordered columns, no nulls, unique ids, labels equal to the class set (or
+    the target's observed range for regression), observed ranges of numeric features, and for a
+    tensor column: the vector length, no NaN/inf, the observed value range.
+    """
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+
+    expectations: list[Any] = [
+        gxe.ExpectTableRowCountToEqual(value=len(frame)),
+        gxe.ExpectTableColumnsToMatchOrderedList(column_list=list(frame.columns)),
+        gxe.ExpectColumnValuesToBeUnique(column=id_column),
+    ]
+    expectations += [gxe.ExpectColumnValuesToNotBeNull(column=c) for c in frame.columns]
+    if task == "classification" and classes is not None:
+        expectations.append(gxe.ExpectColumnValuesToBeInSet(column=target, value_set=list(classes)))
+        expectations.append(
+            gxe.ExpectColumnDistinctValuesToEqualSet(column=target, value_set=list(classes))
+        )
+    ranged = list(feature_columns) + ([target] if task == "regression" else [])
+    for column in ranged:
+        low, high = float(frame[column].min()), float(frame[column].max())
+        expectations.append(
+            gxe.ExpectColumnValuesToBeBetween(column=column, min_value=low, max_value=high)
+        )
+    if tensor_column is not None:
+        expectations += [
+            gxe.ExpectColumnValuesToBeBetween(
+                column=tensor_column + LENGTH, min_value=tensor_size, max_value=tensor_size
+            ),
+            gxe.ExpectColumnValuesToBeBetween(
+                column=tensor_column + NONFINITE, min_value=0, max_value=0
+            ),
+            gxe.ExpectColumnValuesToBeBetween(
+                column=tensor_column + ROW_MIN,
+                min_value=float(frame[tensor_column + ROW_MIN].min()),
+            ),
+            gxe.ExpectColumnValuesToBeBetween(
+                column=tensor_column + ROW_MAX,
+                max_value=float(frame[tensor_column + ROW_MAX].max()),
+            ),
+        ]
+    suite = gx.ExpectationSuite(name=name, expectations=expectations)
+    return suite.to_json_dict()  # type: ignore[no-any-return]
+
+
+def run_suite(frame: pd.DataFrame, suite_document: Mapping[str, Any]) -> ValidationSummary:
+    """Validate ``frame`` against a stored suite in a fresh ephemeral GX context."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    run_id = uuid.uuid4().hex[:8]
+    batch = (
+        context.data_sources.add_pandas(f"evalset-{run_id}")
+        .add_dataframe_asset("frame")
+        .add_batch_definition_whole_dataframe("whole")
+    )
+    document = {k: v for k, v in suite_document.items() if k != "id"}
+    suite = context.suites.add(gx.ExpectationSuite(**json.loads(json.dumps(document))))
+    definition = gx.ValidationDefinition(name=f"validate-{run_id}", data=batch, suite=suite)
+    result = definition.run(batch_parameters={"dataframe": frame}, result_format="SUMMARY")
+    outcomes = [_outcome(r) for r in result.results]
+    failed = sum(not o.success for o in outcomes)
+    log.info("validated %d expectations, %d failed", len(outcomes), failed)
+    return ValidationSummary(bool(result.success), len(outcomes), failed, outcomes)
+
+
+def _outcome(result: Any) -> ExpectationOutcome:
+    config = result.expectation_config
+    details = dict(result.result or {})
+    observed = details.get("observed_value")
+    return ExpectationOutcome(
+        expectation=config.type,
+        column=config.kwargs.get("column"),
+        success=bool(result.success),
+        observed=_plain(observed),
+        unexpected_count=details.get("unexpected_count"),
+        unexpected_examples=[_plain(v) for v in details.get("partial_unexpected_list", [])][
+            :EXAMPLES_SHOWN
+        ],
+    )
+
+
+def _plain(value: Any) -> Any:
+    """Turn numpy scalars and containers into JSON-safe Python values."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
