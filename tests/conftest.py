@@ -55,3 +55,75 @@ def chdir_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     """Run the test in its own folder, so nothing lands in the working directory."""
     monkeypatch.chdir(tmp_path)
     yield tmp_path
+
+
+TOY_ROWS = 300
+
+
+def _teacher() -> object:
+    import torch
+
+    from tests.models import TinyNet
+
+    torch.manual_seed(7)
+    return TinyNet(features=4, classes=3, hidden=8)
+
+
+@pytest.fixture
+def toy_evalset(tmp_path: Path) -> Path:
+    """A frozen classification evalset whose labels a known 'teacher' network gets all right."""
+    import numpy as np
+    import pyarrow as pa
+    import torch
+
+    from evalsentry.evalsets import InputsSpec, freeze_evalset
+
+    rng = np.random.default_rng(3)
+    features = rng.normal(size=(TOY_ROWS, 4)).astype(np.float32)
+    with torch.no_grad():
+        labels = _teacher()(torch.from_numpy(features)).argmax(1).numpy()  # type: ignore[operator]
+    table = pa.table(
+        {
+            "x": pa.FixedSizeListArray.from_arrays(pa.array(features.reshape(-1)), 4),
+            "label": labels.astype(np.int64),
+            "half": np.where(np.arange(TOY_ROWS) % 2 == 0, "even", "odd"),
+        }
+    )
+    folder = tmp_path / "evalsets" / "toy"
+    freeze_evalset(
+        table,
+        folder,
+        name="toy",
+        task="classification",
+        target="label",
+        inputs=InputsSpec(column="x", shape=[4]),
+        slices=["half"],
+        classes=[0, 1, 2],
+    )
+    return folder
+
+
+@pytest.fixture
+def toy_checkpoints(tmp_path: Path, pinned_git: str, train_data: Path) -> dict[str, Path]:
+    """Checkpoints for the toy evalset: 'good' (the teacher) and 'degraded' (a biased copy)."""
+    import torch
+
+    from evalsentry.checkpoint import save_checkpoint
+
+    good = _teacher()
+    degraded = _teacher()
+    with torch.no_grad():
+        degraded.body[2].bias[0] += 2.0  # type: ignore[attr-defined,index]
+    paths = {}
+    for name, model in (("good", good), ("degraded", degraded)):
+        paths[name] = save_checkpoint(
+            model,  # type: ignore[arg-type]
+            tmp_path / "checkpoints" / f"{name}.pt",
+            metrics={},
+            config={"variant": name},
+            seed=7,
+            data=train_data,
+            factory="tests.models:TinyNet",
+            factory_kwargs={"features": 4, "classes": 3, "hidden": 8},
+        )
+    return paths

@@ -1,0 +1,98 @@
+"""Times bootstrap metric computation on a synthetic 100k-example evaluation set.
+
+Run with ``python bench/bench_metrics.py``; prints timings, asserts nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from evalsentry.metrics import compute_metrics, default_metrics
+from evalsentry.stats import paired_bootstrap_drop_pvalue
+
+N_EXAMPLES = 100_000
+N_RESAMPLES = 1000
+NUM_CLASSES = 10
+ACCURACY = 0.8
+REPEATS = 3
+
+
+def _classification_columns(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    target = rng.integers(0, NUM_CLASSES, N_EXAMPLES)
+    hit = rng.random(N_EXAMPLES) < ACCURACY
+    prediction = np.where(
+        hit, target, (target + rng.integers(1, NUM_CLASSES, N_EXAMPLES)) % NUM_CLASSES
+    )
+    rank = np.where(hit, 0, rng.integers(1, NUM_CLASSES, N_EXAMPLES))
+    confidence = np.clip(rng.normal(ACCURACY, 0.1, N_EXAMPLES), 1.0 / NUM_CLASSES, 1.0)
+    return {
+        "target": target,
+        "prediction": prediction,
+        "loss": rng.exponential(0.5, N_EXAMPLES),
+        "confidence": confidence,
+        "target_rank": rank,
+    }
+
+
+def _regression_columns(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    target = rng.normal(size=N_EXAMPLES)
+    prediction = target + rng.normal(scale=0.3, size=N_EXAMPLES)
+    return {"target": target, "prediction": prediction, "loss": (prediction - target) ** 2}
+
+
+def _time(label: str, run: Callable[[], object]) -> None:
+    timings = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        run()
+        timings.append(time.perf_counter() - start)
+    print(f"{label:<55s} best {min(timings):6.3f} s   all {[round(t, 3) for t in timings]}")
+
+
+def main() -> None:
+    """Prints best-of-N timings for the default metric sets."""
+    rng = np.random.default_rng(0)
+    cls = _classification_columns(rng)
+    reg = _regression_columns(rng)
+    cls_names = default_metrics("classification", NUM_CLASSES)
+    print(f"n={N_EXAMPLES}, resamples={N_RESAMPLES}")
+    _time(
+        f"classification {cls_names}",
+        lambda: compute_metrics(cls, cls_names, num_classes=NUM_CLASSES, n_resamples=N_RESAMPLES),
+    )
+    for name in cls_names:
+        _time(
+            f"  {name} alone",
+            lambda name=name: compute_metrics(
+                cls, [name], num_classes=NUM_CLASSES, n_resamples=N_RESAMPLES
+            ),
+        )
+    _time(
+        "regression ('mae', 'rmse', 'r2')",
+        lambda: compute_metrics(
+            reg, default_metrics("regression"), num_classes=None, n_resamples=N_RESAMPLES
+        ),
+    )
+    worse = {**cls, "loss": cls["loss"] * 1.01}
+    _time(
+        "paired bootstrap nll, 2000 resamples",
+        lambda: paired_bootstrap_drop_pvalue("nll", cls, worse, num_classes=NUM_CLASSES),
+    )
+    _time(
+        "paired bootstrap macro_f1, 2000 resamples",
+        lambda: paired_bootstrap_drop_pvalue("macro_f1", cls, worse, num_classes=NUM_CLASSES),
+    )
+    half = rng.random(N_EXAMPLES) < 0.5
+    _time(
+        "classification, 50% mask",
+        lambda: compute_metrics(
+            cls, cls_names, num_classes=NUM_CLASSES, n_resamples=N_RESAMPLES, mask=half
+        ),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""What an evaluation costs: time, energy, carbon and money.
+
+Energy comes from codecarbon's offline tracker (CPU and RAM power models, GPU energy through
+NVML), started once per run; each evaluation is one tracker task, so measuring costs a few
+milliseconds per evaluation, not per batch. Where codecarbon cannot run, energy is estimated
+from the configured power draw times the inference time, and the row says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from evalsentry.config import CostRates
+
+log = logging.getLogger(__name__)
+
+SECONDS_PER_HOUR = 3600.0
+JOULES_PER_KWH = 3.6e6
+
+
+@dataclass
+class Measurement:
+    """Energy of one measured block; filled in when the block ends."""
+
+    energy_kwh: float | None = None
+    method: str = ""
+
+
+class CostMeter:
+    """One energy tracker for a whole run; ``measure`` brackets each evaluation."""
+
+    def __init__(self, *, use_codecarbon: bool = True) -> None:
+        self._tracker: Any = None
+        self._failed = not use_codecarbon
+        self._method = ""
+
+    def _start(self) -> Any:
+        if self._tracker is None and not self._failed:
+            try:
+                import codecarbon
+                from codecarbon import OfflineEmissionsTracker
+
+                logging.getLogger("codecarbon").setLevel(logging.ERROR)
+                tracker = OfflineEmissionsTracker(
+                    country_iso_code="USA",  # only its grid intensity; evalsentry applies its own rate
+                    save_to_file=False,
+                    log_level="error",
+                    tracking_mode="process",
+                )
+                tracker.start()
+                self._tracker = tracker
+                self._method = f"codecarbon {getattr(codecarbon, "__version__", "")}".strip()
+            except Exception as exc:  # noqa: BLE001 - energy falls back to an estimate, recorded as such
+                log.warning(
+                    "codecarbon unavailable (%s); estimating energy from configured power", exc
+                )
+                self._failed = True
+        return self._tracker
+
+    @contextmanager
+    def measure(self, name: str) -> Iterator[Measurement]:
+        """Measure the energy of the enclosed block (None when it cannot be measured)."""
+        measurement = Measurement()
+        tracker = self._start()
+        if tracker is None:
+            yield measurement
+            return
+        tracker.start_task(name)
+        try:
+            yield measurement
+        finally:
+            data = tracker.stop_task(name)
+            measurement.energy_kwh = float(data.energy_consumed)
+            measurement.method = self._method
+
+    def close(self) -> None:
+        """Stop the tracker."""
+        if self._tracker is not None:
+            try:
+                self._tracker.stop()
+            finally:
+                self._tracker = None
+
+
+def cost_fields(
+    *,
+    device: str,
+    wall_s: float,
+    inference_s: float,
+    n_examples: int,
+    measurement: Measurement,
+    rates: CostRates,
+) -> dict[str, Any]:
+    """The cost columns of an evaluation row."""
+    energy, method = measurement.energy_kwh, measurement.method
+    if energy is None:
+        watts = rates.power_watts.get(device, 0.0)
+        energy = watts * inference_s / JOULES_PER_KWH
+        method = f"estimate: {watts:g} W configured x inference time"
+    return {
+        "wall_s": wall_s,
+        "inference_s": inference_s,
+        "examples_per_s": n_examples / inference_s if inference_s > 0 else None,
+        "energy_kwh": energy,
+        "co2_kg": energy * rates.carbon_kg_per_kwh,
+        "cost": rates.per_device_hour.get(device, 0.0) * wall_s / SECONDS_PER_HOUR,
+        "currency": rates.currency,
+        "energy_method": method,
+    }

@@ -1,0 +1,349 @@
+"""The Parquet metric history under the store root (a local path or any fsspec URL).
+
+Tables (each a folder of Parquet files, readable by pandas, pyarrow datasets and DuckDB):
+
+- ``evaluations/``: one row per checkpoint x evalset x run (lineage, environment, cost, status).
+- ``metrics/``: long format, one row per evaluation x metric x slice (value, CI, n).
+- ``comparisons/``: the gate's verdicts, one row per evaluation x reference x metric x slice.
+- ``predictions/<evaluation_id>.parquet``: per-example outputs, for paired comparisons.
+- ``baselines/<model>.json``: a pinned baseline week, when one is set.
+
+Every write creates new files only, each published atomically, and an evaluation's rows are
+committed by writing its ``evaluations`` file last: metrics or predictions without their
+evaluation row are never read. Re-running a week supersedes, in the read view, the earlier rows
+with the same key (week, kind, model, version, stage, evalset); the old files stay for audit.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from evalsentry.errors import HistoryError
+from evalsentry.names import check_name, check_week
+from evalsentry.storage import filesystem, join, unique_name, write_atomic
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+EVALUATIONS, METRICS, COMPARISONS, PREDICTIONS, BASELINES = (
+    "evaluations",
+    "metrics",
+    "comparisons",
+    "predictions",
+    "baselines",
+)
+SUPERSEDE_KEY = ["week", "kind", "model", "version", "stage", "evalset"]
+_TS = pa.timestamp("us", tz="UTC")
+
+EVALUATIONS_SCHEMA = pa.schema(
+    [
+        ("schema_version", pa.int32()),
+        ("evaluation_id", pa.string()),
+        ("run_id", pa.string()),
+        ("week", pa.string()),
+        ("kind", pa.string()),
+        ("started_at", _TS),
+        ("finished_at", _TS),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("model", pa.string()),
+        ("version", pa.int64()),
+        ("stage", pa.string()),
+        ("checkpoint_sha256", pa.string()),
+        ("checkpoint_uri", pa.string()),
+        ("git_sha", pa.string()),
+        ("git_dirty", pa.bool_()),
+        ("data_sha", pa.string()),
+        ("config_json", pa.string()),
+        ("seed", pa.int64()),
+        ("trained_at", pa.string()),
+        ("evalset", pa.string()),
+        ("evalset_version", pa.int64()),
+        ("evalset_sha256", pa.string()),
+        ("n_examples", pa.int64()),
+        ("device", pa.string()),
+        ("device_name", pa.string()),
+        ("torch_version", pa.string()),
+        ("python_version", pa.string()),
+        ("cuda_version", pa.string()),
+        ("driver_version", pa.string()),
+        ("evalsentry_version", pa.string()),
+        ("precision", pa.string()),
+        ("batch_size", pa.int64()),
+        ("wall_s", pa.float64()),
+        ("inference_s", pa.float64()),
+        ("examples_per_s", pa.float64()),
+        ("energy_kwh", pa.float64()),
+        ("co2_kg", pa.float64()),
+        ("cost", pa.float64()),
+        ("currency", pa.string()),
+        ("energy_method", pa.string()),
+        ("validation_json", pa.string()),
+    ]
+)
+METRICS_SCHEMA = pa.schema(
+    [
+        ("schema_version", pa.int32()),
+        ("evaluation_id", pa.string()),
+        ("week", pa.string()),
+        ("model", pa.string()),
+        ("evalset", pa.string()),
+        ("metric", pa.string()),
+        ("slice", pa.string()),
+        ("value", pa.float64()),
+        ("ci_low", pa.float64()),
+        ("ci_high", pa.float64()),
+        ("n", pa.int64()),
+        ("higher_is_better", pa.bool_()),
+    ]
+)
+COMPARISONS_SCHEMA = pa.schema(
+    [
+        ("schema_version", pa.int32()),
+        ("run_id", pa.string()),
+        ("created_at", _TS),
+        ("evaluation_id", pa.string()),
+        ("week", pa.string()),
+        ("model", pa.string()),
+        ("version", pa.int64()),
+        ("evalset", pa.string()),
+        ("reference", pa.string()),
+        ("reference_evaluation_id", pa.string()),
+        ("reference_week", pa.string()),
+        ("reference_version", pa.int64()),
+        ("metric", pa.string()),
+        ("slice", pa.string()),
+        ("gating", pa.bool_()),
+        ("reference_value", pa.float64()),
+        ("value", pa.float64()),
+        ("delta", pa.float64()),
+        ("drop", pa.float64()),
+        ("tolerance", pa.float64()),
+        ("p_value", pa.float64()),
+        ("p_adjusted", pa.float64()),
+        ("method", pa.string()),
+        ("newly_wrong", pa.int64()),
+        ("newly_right", pa.int64()),
+        ("n", pa.int64()),
+        ("verdict", pa.string()),
+        ("reason", pa.string()),
+    ]
+)
+SCHEMAS = {
+    EVALUATIONS: EVALUATIONS_SCHEMA,
+    METRICS: METRICS_SCHEMA,
+    COMPARISONS: COMPARISONS_SCHEMA,
+}
+
+
+def now_utc() -> datetime:
+    """The current time, timezone-aware."""
+    return datetime.now(UTC)
+
+
+def iso_week(moment: datetime | None = None) -> str:
+    """The ISO week of ``moment`` (default now), like ``2026-W49``."""
+    year, week, _ = (moment or now_utc()).isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+def _table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
+    """Rows as a table of exactly ``schema``; missing fields are null, extra ones refused."""
+    names = set(schema.names)
+    for row in rows:
+        extra = set(row) - names
+        if extra:
+            raise HistoryError(f"unknown history columns {sorted(extra)}")
+    data = {
+        field.name: [
+            SCHEMA_VERSION if field.name == "schema_version" else row.get(field.name)
+            for row in rows
+        ]
+        for field in schema
+    }
+    return pa.table(data, schema=schema)
+
+
+class History:
+    """Read and append the metric history under ``root``."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.fs, self.path = filesystem(root)
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def _publish(self, table_name: str, table: pa.Table, stem: str) -> str:
+        buffer = io.BytesIO()
+        pq.write_table(table, buffer, compression="zstd")
+        path = join(self.path, table_name, unique_name(stem, ".parquet"))
+        try:
+            write_atomic(self.fs, path, buffer.getvalue(), exclusive=True)
+        except OSError as exc:
+            raise HistoryError(
+                f"{path}: cannot write the history ({exc.strerror or exc}); nothing was written"
+            ) from None
+        return path
+
+    def append(
+        self,
+        evaluations: Sequence[Mapping[str, Any]],
+        metrics: Sequence[Mapping[str, Any]] = (),
+        predictions: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    ) -> None:
+        """Append one run's rows: predictions, then metrics, then the committing evaluations file.
+
+        A crash before the last write leaves files no reader looks at; a crash during a write
+        leaves only a hidden temporary file.
+        """
+        if not evaluations:
+            return
+        run_id = str(evaluations[0]["run_id"])
+        for evaluation_id, columns in (predictions or {}).items():
+            self.write_predictions(evaluation_id, columns)
+        if metrics:
+            self._publish(METRICS, _table(metrics, METRICS_SCHEMA), run_id)
+        self._publish(EVALUATIONS, _table(evaluations, EVALUATIONS_SCHEMA), run_id)
+        log.info(
+            "history: appended %d evaluation(s), %d metric row(s)", len(evaluations), len(metrics)
+        )
+
+    def write_predictions(self, evaluation_id: str, columns: Mapping[str, np.ndarray]) -> None:
+        """Store one evaluation's per-example outputs."""
+        check_name("evaluation id", evaluation_id)
+        buffer = io.BytesIO()
+        pq.write_table(pa.table(dict(columns)), buffer, compression="zstd")
+        path = join(self.path, PREDICTIONS, f"{evaluation_id}.parquet")
+        write_atomic(self.fs, path, buffer.getvalue(), exclusive=True)
+
+    def append_comparisons(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Store the gate's verdicts for audit and reports."""
+        if rows:
+            self._publish(COMPARISONS, _table(rows, COMPARISONS_SCHEMA), str(rows[0]["run_id"]))
+
+    def set_baseline(self, model: str, week: str) -> None:
+        """Pin ``week`` as the baseline of ``model``'s production line."""
+        check_name("model", model)
+        check_week(week)
+        if self.evaluations(model=model, weeks=[week], kind="scheduled").empty:
+            raise HistoryError(
+                f"no evaluation of {model!r} recorded in week {week}; nothing to pin"
+            )
+        document = {"model": model, "week": week, "set_at": now_utc().isoformat(timespec="seconds")}
+        write_atomic(
+            self.fs, join(self.path, BASELINES, f"{model}.json"), json.dumps(document).encode()
+        )
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def _read(
+        self, table_name: str, filter_: Any = None, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        import pyarrow.dataset as ds
+
+        folder = join(self.path, table_name)
+        schema = SCHEMAS[table_name]
+        if not self.fs.exists(folder):
+            return schema.empty_table()
+        try:
+            dataset = ds.dataset(folder, format="parquet", filesystem=self.fs, schema=schema)
+            return dataset.to_table(filter=filter_, columns=list(columns) if columns else None)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise HistoryError(
+                f"{folder}: a history file cannot be read ({str(exc).splitlines()[0]}); "
+                "move the damaged file aside (every file is independent) and re-run"
+            ) from None
+
+    def evaluations(
+        self,
+        *,
+        model: str | None = None,
+        evalset: str | None = None,
+        weeks: Iterable[str] | None = None,
+        kind: str | None = None,
+        include_superseded: bool = False,
+    ) -> pd.DataFrame:
+        """Evaluation rows, newest run per key unless ``include_superseded``."""
+        import pyarrow.compute as pc
+
+        conditions = []
+        if model is not None:
+            conditions.append(pc.field("model") == model)
+        if evalset is not None:
+            conditions.append(pc.field("evalset") == evalset)
+        if weeks is not None:
+            conditions.append(pc.field("week").isin(list(weeks)))
+        if kind is not None:
+            conditions.append(pc.field("kind") == kind)
+        filter_ = _all(conditions)
+        frame = self._read(EVALUATIONS, filter_).to_pandas()
+        if not include_superseded and not frame.empty:
+            frame = frame.sort_values("finished_at").drop_duplicates(SUPERSEDE_KEY, keep="last")
+        return frame.sort_values(["week", "finished_at"]).reset_index(drop=True)
+
+    def metrics(self, evaluation_ids: Iterable[str]) -> pd.DataFrame:
+        """Metric rows of the given evaluations."""
+        import pyarrow.compute as pc
+
+        ids = list(evaluation_ids)
+        return self._read(METRICS, pc.field("evaluation_id").isin(ids)).to_pandas()
+
+    def comparisons(self, evaluation_ids: Iterable[str] | None = None) -> pd.DataFrame:
+        """The gate's stored verdicts (newest gate run per evaluation)."""
+        import pyarrow.compute as pc
+
+        filter_ = (
+            pc.field("evaluation_id").isin(list(evaluation_ids))
+            if evaluation_ids is not None
+            else None
+        )
+        frame = self._read(COMPARISONS, filter_).to_pandas()
+        if frame.empty:
+            return frame
+        latest = frame.groupby("evaluation_id")["created_at"].transform("max")
+        return frame[frame["created_at"] == latest].reset_index(drop=True)
+
+    def predictions(self, evaluation_id: str) -> dict[str, np.ndarray] | None:
+        """Per-example outputs of one evaluation, or None when they were never stored."""
+        check_name("evaluation id", evaluation_id)
+        path = join(self.path, PREDICTIONS, f"{evaluation_id}.parquet")
+        if not self.fs.exists(path):
+            return None
+        with self.fs.open(path, "rb") as handle:
+            table = pq.read_table(handle)
+        return {
+            name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names
+        }
+
+    def baseline_week(self, model: str) -> str | None:
+        """The pinned baseline week of ``model``, or None."""
+        path = join(self.path, BASELINES, f"{check_name('model', model)}.json")
+        if not self.fs.exists(path):
+            return None
+        try:
+            return check_week(json.loads(self.fs.cat_file(path))["week"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise HistoryError(
+                f"{path}: week: malformed baseline document ({exc}); set it again"
+            ) from None
+
+
+def _all(conditions: list[Any]) -> Any:
+    if not conditions:
+        return None
+    combined = conditions[0]
+    for condition in conditions[1:]:
+        combined = combined & condition
+    return combined

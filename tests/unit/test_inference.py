@@ -1,0 +1,137 @@
+"""Batched inference: per-example outputs, NaN detection, out-of-memory retries, devices."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from evalsentry.checkpoint import load_checkpoint
+from evalsentry.errors import NonFiniteOutput, UsageError
+from evalsentry.evalsets import Evalset, load_evalset
+from evalsentry.inference import evaluate
+
+
+@pytest.fixture
+def evalset(toy_evalset: Path) -> Evalset:
+    """The toy evalset, loaded."""
+    return load_evalset(toy_evalset)
+
+
+@pytest.fixture
+def good_model(toy_checkpoints: dict[str, Path]) -> nn.Module:
+    """The model that labelled the toy evalset."""
+    return load_checkpoint(toy_checkpoints["good"]).model
+
+
+class TestOutputs:
+    def test_per_example_columns_match_a_hand_written_loop(
+        self, evalset: Evalset, good_model: nn.Module
+    ) -> None:
+        """Predictions, NLL, confidence and target rank equal what plain torch computes."""
+        result = evaluate(good_model, evalset, device="cpu", batch_size=64)
+        with torch.no_grad():
+            logits = good_model(evalset.inputs)
+        cols = result.columns
+        assert cols["example_id"].tolist() == evalset.ids.tolist()
+        assert np.array_equal(cols["prediction"], logits.argmax(1).numpy())
+        expected_nll = nn.functional.cross_entropy(
+            logits, evalset.targets, reduction="none"
+        ).numpy()
+        assert np.allclose(cols["loss"], expected_nll, atol=1e-5)
+        assert np.allclose(cols["confidence"], logits.softmax(1).max(1).values.numpy(), atol=1e-6)
+        assert (cols["target_rank"] == 0).all()  # the teacher is right on every example
+        assert set(cols["slice:half"]) == {"even", "odd"}
+        assert result.environment.device == "cpu" and result.inference_seconds > 0
+
+    def test_batch_size_does_not_change_results(
+        self, evalset: Evalset, good_model: nn.Module
+    ) -> None:
+        """One big batch and many small ones give the same outputs."""
+        small = evaluate(good_model, evalset, device="cpu", batch_size=7).columns
+        large = evaluate(good_model, evalset, device="cpu", batch_size=1024).columns
+        assert np.array_equal(small["prediction"], large["prediction"])
+        assert np.allclose(small["loss"], large["loss"], atol=1e-6)
+
+    def test_progress_reports_every_batch_up_to_the_total(
+        self, evalset: Evalset, good_model: nn.Module
+    ) -> None:
+        """The progress callback sees increasing counts ending at the evalset size."""
+        seen: list[tuple[int, int]] = []
+        evaluate(
+            good_model,
+            evalset,
+            device="cpu",
+            batch_size=100,
+            progress=lambda d, t: seen.append((d, t)),
+        )
+        assert seen == [(100, 300), (200, 300), (300, 300)]
+
+    def test_bf16_autocast_runs_and_agrees(self, evalset: Evalset, good_model: nn.Module) -> None:
+        """bf16 precision runs on the CPU and mostly agrees with fp32."""
+        fp32 = evaluate(good_model, evalset, device="cpu").columns["prediction"]
+        bf16 = evaluate(good_model, evalset, device="cpu", precision="bf16")
+        assert bf16.environment.precision == "bf16"
+        assert (bf16.columns["prediction"] == fp32).mean() > 0.95
+
+
+class NaNAfter(nn.Module):
+    """Outputs NaN logits for examples whose first feature is above a threshold."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = torch.zeros(len(x), 3)
+        logits[x.flatten(1)[:, 0] > 1.5] = float("nan")
+        return logits
+
+
+class OOMAbove(nn.Module):
+    """Raises CUDA out-of-memory for batches larger than ``limit``, as a full GPU would."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.inner = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if len(x) > self.limit:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return self.inner(x.flatten(1))
+
+
+class TestFailures:
+    def test_nan_outputs_list_the_first_example_ids(self, evalset: Evalset) -> None:
+        """NaN/inf outputs are an error naming the examples that produced them."""
+        bad = (evalset.inputs.flatten(1)[:, 0] > 1.5).numpy()
+        with pytest.raises(NonFiniteOutput) as err:
+            evaluate(NaNAfter(), evalset, device="cpu")
+        assert err.value.count == int(bad.sum())
+        assert err.value.example_ids == evalset.ids[bad][:10].tolist()
+
+    def test_out_of_memory_halves_the_batch_and_completes(
+        self, evalset: Evalset, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A CUDA OOM halves the batch size, logs it, and the evaluation still completes."""
+        model = OOMAbove(limit=40)
+        with caplog.at_level(logging.WARNING, logger="evalsentry.inference"):
+            result = evaluate(model, evalset, device="cpu", batch_size=256)
+        assert result.batch_size == 32 and result.oom_retries == 3
+        assert result.num_examples == 300
+        assert "retrying with batch size 128" in caplog.text
+        with torch.no_grad():
+            expected = model.inner(evalset.inputs.flatten(1)).argmax(1).numpy()
+        assert np.array_equal(result.columns["prediction"], expected)
+
+    @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA error path")
+    def test_cuda_requested_without_cuda(self, evalset: Evalset, good_model: nn.Module) -> None:
+        """Asking for CUDA where there is none is a clear usage error."""
+        with pytest.raises(UsageError, match="CUDA is not available"):
+            evaluate(good_model, evalset, device="cuda")
+
+    def test_auto_device_is_cpu_without_cuda(self, evalset: Evalset, good_model: nn.Module) -> None:
+        """device='auto' picks CUDA when present, else the CPU."""
+        result = evaluate(good_model, evalset)
+        assert result.environment.device == ("cuda" if torch.cuda.is_available() else "cpu")
