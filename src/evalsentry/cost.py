@@ -53,7 +53,7 @@ class CostMeter:
                 )
                 tracker.start()
                 self._tracker = tracker
-                self._method = f"codecarbon {getattr(codecarbon, "__version__", "")}".strip()
+                self._method = f"codecarbon {getattr(codecarbon, '__version__', '')}".strip()
             except Exception as exc:  # noqa: BLE001 - energy falls back to an estimate, recorded as such
                 log.warning(
                     "codecarbon unavailable (%s); estimating energy from configured power", exc
