@@ -47,7 +47,7 @@ class CostMeter:
                 logging.getLogger("codecarbon").setLevel(logging.ERROR)
                 tracker = OfflineEmissionsTracker(
                     country_iso_code="USA",  # only its grid intensity; evalsentry applies its own rate
-                    save_to_file=False,
+                    output_methods=[],  # measurements stay in memory; the history records them
                     log_level="error",
                     tracking_mode="process",
                 )

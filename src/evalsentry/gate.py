@@ -261,6 +261,8 @@ def compare(
     ref_cols = {k: v[aligned] for k, v in ref_cols.items()}
     stored = history.metrics([current["evaluation_id"], reference["evaluation_id"]])
     values = {(r.evaluation_id, r.metric, r.slice): r.value for r in stored.itertuples()}
+    # Without the evalset's spec, judge every metric either side recorded: one missing is an ERROR.
+    names = list(names) or sorted(set(stored["metric"]))
 
     tested: list[Comparison] = []
     units = [(OVERALL, None), *_slices(cur_cols)]
@@ -387,11 +389,6 @@ def _spec_for(current: pd.Series, evalsets_dir: str | None) -> tuple[list[str], 
     return metric_names(spec.metrics, spec.task, spec.num_classes), spec.num_classes
 
 
-def _recorded_metrics(history: History, evaluation_id: str) -> list[str]:
-    frame = history.metrics([evaluation_id])
-    return sorted(set(frame["metric"])) if not frame.empty else []
-
-
 def gate_week(
     history: History,
     week: str,
@@ -420,7 +417,6 @@ def gate_week(
         current = current_rows.iloc[-1]
         earlier = line[line["week"] < week]
         names, num_classes = _spec_for(current, evalsets_dir)
-        names = names or _recorded_metrics(history, current["evaluation_id"])
         if earlier.empty:
             comparisons.append(_baseline_marker(current))
             continue
@@ -482,7 +478,6 @@ def gate_candidate(
         marker = replace(_baseline_marker(candidate), reason="no production result to compare with")
         return GateReport(candidate["week"], [marker])
     names, num_classes = _spec_for(candidate, evalsets_dir)
-    names = names or _recorded_metrics(history, candidate["evaluation_id"])
     reference = production.iloc[-1]
     return GateReport(
         candidate["week"],

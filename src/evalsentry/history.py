@@ -185,17 +185,18 @@ class History:
 
     # --- writing ------------------------------------------------------------------------------
 
-    def _publish(self, table_name: str, table: pa.Table, stem: str) -> str:
+    def _write(self, path: str, table: pa.Table) -> None:
         buffer = io.BytesIO()
         pq.write_table(table, buffer, compression="zstd")
-        path = join(self.path, table_name, unique_name(stem, ".parquet"))
         try:
             write_atomic(self.fs, path, buffer.getvalue(), exclusive=True)
         except OSError as exc:
             raise HistoryError(
                 f"{path}: cannot write the history ({exc.strerror or exc}); nothing was written"
             ) from None
-        return path
+
+    def _publish(self, table_name: str, table: pa.Table, stem: str) -> None:
+        self._write(join(self.path, table_name, unique_name(stem, ".parquet")), table)
 
     def append(
         self,
@@ -223,10 +224,9 @@ class History:
     def write_predictions(self, evaluation_id: str, columns: Mapping[str, np.ndarray]) -> None:
         """Store one evaluation's per-example outputs."""
         check_name("evaluation id", evaluation_id)
-        buffer = io.BytesIO()
-        pq.write_table(pa.table(dict(columns)), buffer, compression="zstd")
-        path = join(self.path, PREDICTIONS, f"{evaluation_id}.parquet")
-        write_atomic(self.fs, path, buffer.getvalue(), exclusive=True)
+        self._write(
+            join(self.path, PREDICTIONS, f"{evaluation_id}.parquet"), pa.table(dict(columns))
+        )
 
     def append_comparisons(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Store the gate's verdicts for audit and reports."""

@@ -1,0 +1,114 @@
+"""Synthetic weekly results written straight into a real history, for gate and history tests."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from evalsentry.history import History
+from evalsentry.metrics import compute_metrics, get_metric
+
+CLASSES = 3
+SHA_EVALSET = "e" * 64
+
+
+def predictions(correct: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
+    """Classification outputs on len(correct) examples: right where ``correct``, else wrong."""
+    n = len(correct)
+    rng = np.random.default_rng(seed)
+    target = np.arange(n) % CLASSES
+    wrong = (target + 1 + rng.integers(0, CLASSES - 1, n)) % CLASSES
+    prediction = np.where(correct, target, wrong)
+    confidence = np.where(correct, 0.9, 0.6)
+    return {
+        "example_id": np.array([f"ex-{i:05d}" for i in range(n)]),
+        "target": target,
+        "prediction": prediction,
+        "loss": np.where(correct, -np.log(0.9), -np.log(0.2)),
+        "confidence": confidence,
+        "target_rank": np.where(correct, 0, 1),
+        "slice:half": np.where(np.arange(n) % 2 == 0, "even", "odd"),
+    }
+
+
+def record_week(
+    history: History,
+    week: str,
+    correct: np.ndarray,
+    *,
+    model: str = "m",
+    version: int = 1,
+    stage: str = "production",
+    checkpoint: str = "c" * 64,
+    evalset_sha: str = SHA_EVALSET,
+    kind: str = "scheduled",
+    status: str = "ok",
+    metrics: tuple[str, ...] = ("accuracy", "nll"),
+    store_predictions: bool = True,
+    finished: datetime | None = None,
+    **fields: Any,
+) -> str:
+    """Write one evaluation (row, metric rows overall and per slice, predictions); return its id."""
+    evaluation_id = uuid.uuid4().hex
+    finished = finished or datetime.now(UTC)
+    row = {
+        "evaluation_id": evaluation_id,
+        "run_id": uuid.uuid4().hex,
+        "week": week,
+        "kind": kind,
+        "started_at": finished - timedelta(seconds=1),
+        "finished_at": finished,
+        "status": status,
+        "error": None if status == "ok" else "checkpoint corrupt",
+        "model": model,
+        "version": version,
+        "stage": stage,
+        "checkpoint_sha256": checkpoint,
+        "evalset": "toy",
+        "evalset_sha256": evalset_sha,
+        "n_examples": len(correct),
+        "device": "cpu",
+        "torch_version": "2.13.0",
+        **fields,
+    }
+    cols = predictions(correct)
+    rows = []
+    if status == "ok":
+        units = [
+            ("", None),
+            ("half=even", cols["slice:half"] == "even"),
+            ("half=odd", cols["slice:half"] == "odd"),
+        ]
+        for slice_name, mask in units:
+            for name, value in compute_metrics(
+                cols, list(metrics), num_classes=CLASSES, mask=mask, n_resamples=100
+            ).items():
+                rows.append(
+                    {
+                        "evaluation_id": evaluation_id,
+                        "week": week,
+                        "model": model,
+                        "evalset": "toy",
+                        "metric": name,
+                        "slice": slice_name,
+                        "value": value.value,
+                        "ci_low": value.ci_low,
+                        "ci_high": value.ci_high,
+                        "n": value.n,
+                        "higher_is_better": get_metric(name).higher_is_better,
+                    }
+                )
+    history.append(
+        [row], rows, {evaluation_id: cols} if status == "ok" and store_predictions else None
+    )
+    return evaluation_id
+
+
+def accuracy_mask(n: int, accuracy: float, seed: int = 0) -> np.ndarray:
+    """A correctness vector with exactly round(n * accuracy) correct examples."""
+    correct = np.zeros(n, bool)
+    correct[np.random.default_rng(seed).permutation(n)[: round(n * accuracy)]] = True
+    return correct

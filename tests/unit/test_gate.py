@@ -1,0 +1,211 @@
+"""The regression gate: every verdict branch, fail-closed cases, baselines, slices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evalsentry.config import GatePolicy, Tolerance
+from evalsentry.gate import GateReport, Verdict, gate_candidate, gate_week
+from evalsentry.history import History
+from tests.synthetic import accuracy_mask, record_week
+
+N = 1000
+POLICY = GatePolicy(default=Tolerance(max_drop=0.01), metrics={"nll": Tolerance(max_drop="50%")})
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> History:
+    """An empty history store."""
+    return History(str(tmp_path / "store"))
+
+
+def overall(report: GateReport, reference: str, metric: str = "accuracy") -> object:
+    """The overall comparison of one metric against one reference."""
+    return next(
+        c
+        for c in report.comparisons
+        if c.reference == reference and c.metric == metric and not c.slice
+    )
+
+
+class TestVerdicts:
+    def test_first_week_is_the_baseline(self, history: History) -> None:
+        """The first week of a model line has nothing to compare with: BASELINE, exit 0."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        report = gate_week(history, "2026-W40", POLICY)
+        assert [c.verdict for c in report.comparisons] == [Verdict.BASELINE]
+        assert report.exit_code == 0
+
+    def test_same_predictions_pass_with_no_flips(self, history: History) -> None:
+        """The same checkpoint with the same predictions PASSes with flip rate 0."""
+        correct = accuracy_mask(N, 0.9)
+        record_week(history, "2026-W40", correct)
+        record_week(history, "2026-W41", correct)
+        report = gate_week(history, "2026-W41", POLICY)
+        acc = overall(report, "previous-week")
+        assert acc.verdict == Verdict.PASS and (acc.newly_wrong, acc.newly_right) == (0, 0)
+        assert report.verdict == Verdict.PASS and report.exit_code == 0
+
+    def test_real_drop_fails_naming_model_metric_drop_p_and_flips(self, history: History) -> None:
+        """A 5% relative accuracy drop on the same examples FAILs, with the evidence in the message."""
+        before = accuracy_mask(N, 0.9)
+        after = before.copy()
+        after[np.flatnonzero(before)[:45]] = False  # 0.900 -> 0.855
+        record_week(history, "2026-W40", before)
+        record_week(history, "2026-W41", after, checkpoint="d" * 64, version=2)
+        report = gate_week(history, "2026-W41", POLICY)
+        acc = overall(report, "previous-week")
+        assert acc.verdict == Verdict.FAIL
+        assert acc.drop == pytest.approx(0.045) and acc.p_adjusted < 1e-6
+        assert (acc.newly_wrong, acc.newly_right) == (45, 0)
+        assert report.exit_code == 1
+        message = report.message()
+        assert "m@v2 on toy: accuracy vs previous-week" in message
+        assert "drop +0.0450" in message and "p=" in message and "flips -45/+0" in message
+
+    def test_drop_beyond_tolerance_but_not_significant_warns_with_detectable_drop(
+        self, history: History
+    ) -> None:
+        """On too few examples a large drop is a WARN that says what the evalset can detect."""
+        before = accuracy_mask(20, 0.9)
+        after = before.copy()
+        after[np.flatnonzero(before)[:2]] = False
+        record_week(history, "2026-W40", before)
+        record_week(history, "2026-W41", after, checkpoint="d" * 64)
+        acc = overall(gate_week(history, "2026-W41", POLICY), "previous-week")
+        assert acc.verdict == Verdict.WARN
+        assert "not significant" in acc.reason and "detects drops of about" in acc.reason
+
+    def test_significant_drop_within_tolerance_warns(self, history: History) -> None:
+        """A real but tolerated drop is a WARN, not a FAIL."""
+        before = accuracy_mask(N, 0.9)
+        after = before.copy()
+        after[np.flatnonzero(before)[:45]] = False
+        record_week(history, "2026-W40", before)
+        record_week(history, "2026-W41", after, checkpoint="d" * 64)
+        lenient = GatePolicy(
+            default=Tolerance(max_drop=0.10), metrics={"nll": Tolerance(max_drop="90%")}
+        )
+        acc = overall(gate_week(history, "2026-W41", lenient), "previous-week")
+        assert acc.verdict == Verdict.WARN and acc.reason == "significant drop within tolerance"
+
+    def test_same_checkpoint_different_predictions_warns_naming_the_environment(
+        self, history: History
+    ) -> None:
+        """Flips with the same weights and data mean the environment changed; say what changed."""
+        before = accuracy_mask(N, 0.9)
+        after = before.copy()
+        after[np.flatnonzero(before)[:2]] = False
+        after[np.flatnonzero(~before)[:2]] = True
+        record_week(history, "2026-W40", before, torch_version="2.12.0")
+        record_week(history, "2026-W41", after, torch_version="2.13.0")
+        acc = overall(gate_week(history, "2026-W41", POLICY), "previous-week")
+        assert acc.verdict == Verdict.WARN
+        assert (
+            "4 different prediction(s)" in acc.reason
+            and "torch_version 2.12.0 -> 2.13.0" in acc.reason
+        )
+
+    def test_holm_adjusts_upward(self, history: History) -> None:
+        """Adjusted p-values are never below the raw ones."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        record_week(history, "2026-W41", accuracy_mask(N, 0.88, seed=1), checkpoint="d" * 64)
+        tested = [
+            c for c in gate_week(history, "2026-W41", POLICY).comparisons if c.p_value is not None
+        ]
+        assert tested and all(c.p_adjusted >= c.p_value for c in tested)
+
+
+class TestFailClosed:
+    def test_changed_evalset_is_an_error(self, history: History) -> None:
+        """Results on a different evalset hash are never compared."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        record_week(history, "2026-W41", accuracy_mask(N, 0.9), evalset_sha="f" * 64)
+        report = gate_week(history, "2026-W41", POLICY)
+        assert report.verdict == Verdict.ERROR and report.exit_code == 2
+        assert "evalset changed" in report.errors[0].reason
+
+    def test_missing_predictions_is_an_error(self, history: History) -> None:
+        """Without per-example predictions there is no paired test: ERROR, not PASS."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9), store_predictions=False)
+        record_week(history, "2026-W41", accuracy_mask(N, 0.9))
+        assert "predictions missing" in gate_week(history, "2026-W41", POLICY).errors[0].reason
+
+    def test_missing_metric_is_an_error(self, history: History) -> None:
+        """A metric recorded last week but not this week fails closed."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9), metrics=("accuracy", "nll"))
+        record_week(history, "2026-W41", accuracy_mask(N, 0.9), metrics=("accuracy",))
+        errors = gate_week(history, "2026-W41", POLICY).errors
+        assert [(e.metric, e.reason) for e in errors] == [("nll", "not comparable: metric missing")]
+
+    def test_failed_evaluation_is_an_error(self, history: History) -> None:
+        """A checkpoint that failed to evaluate is an ERROR naming the reason."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        record_week(history, "2026-W41", accuracy_mask(N, 0.9), status="error", model="other")
+        errors = gate_week(history, "2026-W41", POLICY).errors
+        assert errors[0].model == "other" and "checkpoint corrupt" in errors[0].reason
+
+
+class TestBaseline:
+    def test_slow_drift_fails_against_the_baseline(self, history: History) -> None:
+        """Drops each within tolerance week over week still FAIL against the first week."""
+        correct = accuracy_mask(N, 0.95)
+        record_week(history, "2026-W40", correct.copy())
+        for week in range(41, 45):  # lose 6 correct answers a week: 0.6 points < 1 point tolerance
+            correct[np.flatnonzero(correct)[:6]] = False
+            record_week(history, f"2026-W{week}", correct.copy(), checkpoint=f"{week}" * 32)
+        report = gate_week(history, "2026-W44", POLICY)
+        assert overall(report, "previous-week").verdict in (Verdict.PASS, Verdict.WARN)
+        base = overall(report, "baseline")
+        assert base.reference_week == "2026-W40" and base.verdict == Verdict.FAIL
+        assert base.drop == pytest.approx(0.024)
+
+    def test_pinned_baseline_week_is_used(self, history: History) -> None:
+        """`baseline set` moves the baseline comparison to the pinned week."""
+        for week in range(40, 44):
+            record_week(history, f"2026-W{week}", accuracy_mask(N, 0.9))
+        history.set_baseline("m", "2026-W41")
+        report = gate_week(history, "2026-W43", POLICY)
+        assert overall(report, "baseline").reference_week == "2026-W41"
+
+
+class TestSlices:
+    def test_slices_report_by_default_and_gate_when_configured(self, history: History) -> None:
+        """Per-slice comparisons are report-only unless the policy says slices gate."""
+        before = accuracy_mask(N, 0.9)
+        after = before.copy()
+        after[np.flatnonzero(before)[::2][:60]] = False
+        record_week(history, "2026-W40", before)
+        record_week(history, "2026-W41", after, checkpoint="d" * 64)
+        report = gate_week(history, "2026-W41", POLICY)
+        sliced = [c for c in report.comparisons if c.slice]
+        assert {c.slice for c in sliced} == {"half=even", "half=odd"}
+        assert not any(c.gating for c in sliced)
+        gated = gate_week(history, "2026-W41", POLICY.model_copy(update={"slices": "gate"}))
+        assert all(c.gating for c in gated.comparisons if c.slice)
+
+
+class TestCandidate:
+    def test_candidate_is_compared_with_production(self, history: History) -> None:
+        """A candidate is gated against the latest production result of its model."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        before = accuracy_mask(N, 0.9)
+        worse = before.copy()
+        worse[np.flatnonzero(before)[:80]] = False
+        candidate_id = record_week(
+            history, "2026-W41", worse, kind="candidate", stage="candidate", checkpoint="d" * 64
+        )
+        row = history.evaluations(kind="candidate").set_index("evaluation_id").loc[candidate_id]
+        row["evaluation_id"] = candidate_id
+        report = gate_candidate(history, row, POLICY)
+        assert overall(report, "production").verdict == Verdict.FAIL
+
+    def test_candidates_never_count_as_the_weeks_production_result(self, history: History) -> None:
+        """Candidate evaluations do not take part in the weekly gate's production line."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        record_week(history, "2026-W41", accuracy_mask(N, 0.5), kind="candidate", stage="candidate")
+        report = gate_week(history, "2026-W41", POLICY)
+        assert report.comparisons == [] and report.exit_code == 0

@@ -1,0 +1,194 @@
+"""The Parquet history: open formats, append-only writes, supersede on re-run, crash safety."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+
+from evalsentry.errors import HistoryError
+from evalsentry.history import SCHEMA_VERSION, History, iso_week
+from tests.synthetic import accuracy_mask, record_week
+
+N = 200
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """The store root of a fresh history."""
+    return tmp_path / "store"
+
+
+def parquet_files(root: Path) -> list[Path]:
+    """Every published (non-hidden) Parquet file under ``root``."""
+    return sorted(p for p in root.rglob("*.parquet") if not p.name.startswith("."))
+
+
+class TestFormat:
+    def test_rows_round_trip_and_open_tools_read_them(self, store: Path) -> None:
+        """What is appended reads back through evalsentry, pandas and DuckDB alike."""
+        history = History(str(store))
+        evaluation_id = record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        frame = history.evaluations()
+        assert frame["evaluation_id"].tolist() == [evaluation_id]
+        assert frame["schema_version"].tolist() == [SCHEMA_VERSION]
+        metrics = history.metrics([evaluation_id])
+        overall = metrics[(metrics["metric"] == "accuracy") & (metrics["slice"] == "")]
+        assert overall["value"].item() == pytest.approx(0.9)
+        assert pd.read_parquet(store / "evaluations")["week"].tolist() == ["2026-W40"]
+        rows = duckdb.sql(
+            f"select count(*) from read_parquet('{store}/metrics/*.parquet')"
+        ).fetchall()
+        assert rows == [(len(metrics),)]
+        predictions = history.predictions(evaluation_id)
+        assert predictions is not None and len(predictions["example_id"]) == N
+
+    def test_iso_week(self) -> None:
+        """ISO weeks are formatted YYYY-Www."""
+        from datetime import datetime
+
+        assert iso_week(datetime(2026, 12, 2)) == "2026-W49"
+        assert iso_week(datetime(2027, 1, 1)) == "2026-W53"
+
+
+class TestAppendOnly:
+    def test_rerun_of_a_week_supersedes_in_the_read_view_and_keeps_the_files(
+        self, store: Path
+    ) -> None:
+        """Re-running a week shows one result per key; both runs' files stay for audit."""
+        history = History(str(store))
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        files_before = parquet_files(store)
+        second = record_week(history, "2026-W40", accuracy_mask(N, 0.8))
+        view = history.evaluations()
+        assert view["evaluation_id"].tolist() == [second]
+        assert len(history.evaluations(include_superseded=True)) == 2
+        assert set(files_before) < set(parquet_files(store))
+
+    def test_append_cost_does_not_rewrite_earlier_files(self, store: Path) -> None:
+        """Appending writes new files only; earlier files are byte-for-byte untouched."""
+        history = History(str(store))
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        before = {p: p.read_bytes() for p in parquet_files(store)}
+        record_week(history, "2026-W41", accuracy_mask(N, 0.9))
+        assert all(p.read_bytes() == data for p, data in before.items())
+
+    def test_metrics_without_their_evaluation_row_are_never_read(self, store: Path) -> None:
+        """A run that died before committing its evaluations file leaves nothing in the view."""
+        history = History(str(store))
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        for evaluations_file in (store / "evaluations").glob("*.parquet"):
+            evaluations_file.unlink()
+        assert history.evaluations().empty
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from evalsentry.history import History
+    from tests.synthetic import accuracy_mask, record_week
+    history = History(sys.argv[1])
+    for i in range(int(sys.argv[3])):
+        record_week(history, sys.argv[2], accuracy_mask(50, 0.9, seed=i), model=f"m{i}")
+    """
+)
+
+STALLED_WRITER = textwrap.dedent(
+    """
+    import os, sys, time
+    import evalsentry.storage as storage
+    from evalsentry.history import History
+    from tests.synthetic import accuracy_mask, record_week
+    def stall(fd):
+        print("writing", flush=True)
+        time.sleep(120)
+    storage.os.fsync = stall
+    record_week(History(sys.argv[1]), "2026-W41", accuracy_mask(50, 0.9), model="killed")
+    """
+)
+
+
+def _python(code: str, *args: str) -> subprocess.Popen[str]:
+    root = Path(__file__).parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+class TestConcurrencyAndCrashes:
+    def test_two_processes_writing_at_once_lose_nothing(self, store: Path) -> None:
+        """Two writer processes appending the same week at once both land every row."""
+        writers = [_python(WRITER, str(store), "2026-W40", "5") for _ in range(2)]
+        for writer in writers:
+            _, err = writer.communicate(timeout=120)
+            assert writer.returncode == 0, err
+        frame = History(str(store)).evaluations(include_superseded=True)
+        assert len(frame) == 10
+        assert len(History(str(store)).evaluations()) == 5  # one per key in the read view
+
+    def test_writer_killed_mid_write_leaves_no_readable_partial_file(self, store: Path) -> None:
+        """SIGKILL during a history write: nothing partial is read, earlier rows stay, next run works."""
+        history = History(str(store))
+        first = record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        writer = _python(STALLED_WRITER, str(store))
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "writing"
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=30)
+        hidden = [p for p in store.rglob("*") if p.name.startswith(".") and p.is_file()]
+        assert hidden, "the killed writer should have left its temporary file behind"
+        assert history.evaluations()["evaluation_id"].tolist() == [first]
+        second = record_week(history, "2026-W41", accuracy_mask(N, 0.9))
+        assert history.evaluations()["evaluation_id"].tolist() == [first, second]
+
+    def test_full_disk_leaves_no_partial_files_and_keeps_history(
+        self, store: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A write failing with ENOSPC is a clear error; no file is left; old rows stay."""
+        history = History(str(store))
+        first = record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        before = sorted(p for p in store.rglob("*") if p.is_file())
+        from evalsentry import storage
+
+        def full(fd: int) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(storage.os, "fsync", full)
+        with pytest.raises(HistoryError, match="No space left on device"):
+            record_week(history, "2026-W41", accuracy_mask(N, 0.9))
+        monkeypatch.undo()
+        assert sorted(p for p in store.rglob("*") if p.is_file()) == before
+        assert history.evaluations()["evaluation_id"].tolist() == [first]
+
+
+class TestBaselines:
+    def test_set_baseline_requires_a_recorded_week(self, store: Path) -> None:
+        """Only a week with a recorded evaluation can be pinned."""
+        history = History(str(store))
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        with pytest.raises(HistoryError, match="no evaluation"):
+            history.set_baseline("m", "2026-W41")
+        history.set_baseline("m", "2026-W40")
+        assert history.baseline_week("m") == "2026-W40"
+
+    def test_damaged_history_file_is_a_clear_error(self, store: Path) -> None:
+        """A corrupt Parquet file names the folder and what to do."""
+        history = History(str(store))
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        (store / "evaluations" / "broken.parquet").write_bytes(b"PAR1 not really")
+        with pytest.raises(HistoryError, match="move the damaged file aside"):
+            history.evaluations()
