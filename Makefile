@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Development and CI machines have no GPU: take torch's CPU build (see requirements/cpu.txt).
 CONSTRAINTS ?= requirements/cpu.txt
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench server deploy worker clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,12 +15,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	touch $(STAMP)
 
 demo: $(STAMP)
-	rm -rf .demo
-	$(BIN)/python -m examples.digits.train --out .demo/checkpoints/digits-a.pt --seed 1
-	$(BIN)/python -m examples.digits.train --out .demo/checkpoints/digits-b.pt --seed 2
-	cd .demo && ../$(BIN)/evalsentry register checkpoints/digits-a.pt --model digits --stage production
-	cd .demo && ../$(BIN)/evalsentry register checkpoints/digits-b.pt --model digits
-	cd .demo && ../$(BIN)/evalsentry registry list
+	$(BIN)/evalsentry demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
@@ -31,6 +26,18 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# A local Prefect server and a process worker on the `gpu` pool, to watch runs in the UI.
+PREFECT_PORT ?= 4200
+server: $(STAMP)
+	$(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
+
+deploy: $(STAMP)
+	$(BIN)/prefect work-pool inspect gpu >/dev/null 2>&1 || $(BIN)/prefect work-pool create gpu --type process
+	EVALSENTRY_PROJECT_DIR=$(CURDIR) $(BIN)/prefect --no-prompt deploy --all
+
+worker: $(STAMP)
+	$(BIN)/prefect worker start --pool gpu
 
 clean:
 	rm -rf $(VENV) .demo .evalsentry .pytest_cache .mypy_cache .ruff_cache

@@ -55,7 +55,16 @@ class GatePolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     alpha: float = Field(0.05, gt=0, lt=1)
     default: Tolerance = Tolerance()
-    metrics: dict[str, Tolerance] = Field(default_factory=dict)
+    metrics: dict[str, Tolerance] = Field(
+        default_factory=lambda: {
+            "accuracy": Tolerance(max_drop=0.01),
+            "top5_accuracy": Tolerance(max_drop=0.01),
+            "macro_f1": Tolerance(max_drop=0.01),
+            "nll": Tolerance(max_drop="10%"),
+            "ece": Tolerance(max_drop=0.02),
+        },
+        description="per-metric tolerances; metrics not listed use `default`",
+    )
     slices: Literal["gate", "report"] = "report"
     bootstrap_resamples: int = Field(2000, ge=100)
 

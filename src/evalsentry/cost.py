@@ -9,6 +9,7 @@ from the configured power draw times the inference time, and the row says so.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,9 +32,15 @@ class Measurement:
 
 
 class CostMeter:
-    """One energy tracker for a whole run; ``measure`` brackets each evaluation."""
+    """One energy tracker for a whole run; ``measure`` brackets each evaluation.
+
+    Measured blocks run one at a time: energy is read for the whole process, so two blocks
+    measured at once would each be charged for both. (Torch already uses every core for one
+    evaluation; parallelism across evaluations comes from more workers, not more threads.)
+    """
 
     def __init__(self, *, use_codecarbon: bool = True) -> None:
+        self._lock = threading.Lock()
         self._tracker: Any = None
         self._failed = not use_codecarbon
         self._method = ""
@@ -65,17 +72,18 @@ class CostMeter:
     def measure(self, name: str) -> Iterator[Measurement]:
         """Measure the energy of the enclosed block (None when it cannot be measured)."""
         measurement = Measurement()
-        tracker = self._start()
-        if tracker is None:
-            yield measurement
-            return
-        tracker.start_task(name)
-        try:
-            yield measurement
-        finally:
-            data = tracker.stop_task(name)
-            measurement.energy_kwh = float(data.energy_consumed)
-            measurement.method = self._method
+        with self._lock:
+            tracker = self._start()
+            if tracker is None:
+                yield measurement
+                return
+            tracker.start_task(name)
+            try:
+                yield measurement
+            finally:
+                data = tracker.stop_task(name)
+                measurement.energy_kwh = float(data.energy_consumed)
+                measurement.method = self._method
 
     def close(self) -> None:
         """Stop the tracker."""

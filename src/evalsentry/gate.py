@@ -106,7 +106,12 @@ class Comparison:
     def label(self) -> str:
         """``model/evalset metric[slice] vs reference``, for messages."""
         part = f"{self.metric}[{self.slice}]" if self.slice else self.metric
-        return f"{self.model}@v{self.version} on {self.evalset}: {part} vs {self.reference}"
+        who = (
+            f"{self.model}@v{self.version}"
+            if self.version is not None
+            else f"{self.model} (candidate file)"
+        )
+        return f"{who} on {self.evalset}: {part} vs {self.reference}"
 
     def describe(self) -> str:
         """One line with the numbers behind the verdict."""

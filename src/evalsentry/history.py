@@ -11,7 +11,8 @@ Tables (each a folder of Parquet files, readable by pandas, pyarrow datasets and
 Every write creates new files only, each published atomically, and an evaluation's rows are
 committed by writing its ``evaluations`` file last: metrics or predictions without their
 evaluation row are never read. Re-running a week supersedes, in the read view, the earlier rows
-with the same key (week, kind, model, version, stage, evalset); the old files stay for audit.
+with the same key (week, kind, model, version, stage, evalset, checkpoint sha256); the old
+files stay for audit.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ EVALUATIONS, METRICS, COMPARISONS, PREDICTIONS, BASELINES = (
     "predictions",
     "baselines",
 )
-SUPERSEDE_KEY = ["week", "kind", "model", "version", "stage", "evalset"]
+SUPERSEDE_KEY = ["week", "kind", "model", "version", "stage", "evalset", "checkpoint_sha256"]
 _TS = pa.timestamp("us", tz="UTC")
 
 EVALUATIONS_SCHEMA = pa.schema(

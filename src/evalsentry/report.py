@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET  # builds XML only; nothing untrusted is parsed
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from evalsentry.gate import Comparison, GateReport, Verdict
 
@@ -112,3 +113,85 @@ def gate_junit(report: GateReport) -> str:
             ET.SubElement(case, "system-out").text = text
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return lines + [
+        "| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows
+    ]
+
+
+def weekly_markdown(
+    report: GateReport,
+    evaluations: Sequence[Mapping[str, Any]],
+    metrics: Sequence[Mapping[str, Any]],
+    validations: Mapping[str, Mapping[str, Any]],
+) -> str:
+    """The weekly report: verdicts, metrics with CIs, lineage, cost, data validation."""
+    lines = [gate_markdown(report, include_slices=False).rstrip(), "", "### Metrics", ""]
+    by_eval = {e["evaluation_id"]: e for e in evaluations}
+    rows = [
+        [
+            f"{by_eval[m['evaluation_id']]['model']}@v{by_eval[m['evaluation_id']]['version']}",
+            by_eval[m["evaluation_id"]]["stage"],
+            m["evalset"],
+            m["metric"],
+            f"{m['value']:.4f}",
+            f"[{m['ci_low']:.4f}, {m['ci_high']:.4f}]",
+            m["n"],
+        ]
+        for m in metrics
+        if not m["slice"] and m["evaluation_id"] in by_eval
+    ]
+    lines += (
+        _table(["checkpoint", "stage", "evalset", "metric", "value", "95% CI", "n"], rows)
+        if rows
+        else ["No metrics."]
+    )
+    lines += ["", "### Lineage and cost", ""]
+    lines += _table(
+        [
+            "checkpoint",
+            "status",
+            "git",
+            "data",
+            "seed",
+            "trained",
+            "device",
+            "examples/s",
+            "kWh",
+            "kg CO2",
+            "cost",
+        ],
+        [
+            [
+                f"{e['model']}@v{e.get('version')}",
+                e["status"] if e["status"] == "ok" else f"error: {e.get('error')}",
+                str(e.get("git_sha") or "")[:10] + ("+dirty" if e.get("git_dirty") else ""),
+                str(e.get("data_sha") or "")[:12],
+                e.get("seed"),
+                str(e.get("trained_at") or "")[:19],
+                e.get("device_name") or e.get("device") or "",
+                _fmt(e.get("examples_per_s"), ".0f"),
+                _fmt(e.get("energy_kwh"), ".2e"),
+                _fmt(e.get("co2_kg"), ".2e"),
+                f"{_fmt(e.get('cost'), '.5f')} {e.get('currency') or ''}".strip(),
+            ]
+            for e in evaluations
+        ],
+    )
+    lines += ["", "### Data validation", ""]
+    lines += _table(
+        ["evalset", "result", "expectations", "failed"],
+        [
+            [
+                name,
+                "passed" if v.get("success") else f"FAILED: {v.get('error', '')}",
+                v.get("evaluated", ""),
+                v.get("failed", ""),
+            ]
+            for name, v in validations.items()
+        ],
+    )
+    return "\n".join(lines) + "\n"

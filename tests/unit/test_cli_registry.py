@@ -14,7 +14,7 @@ from evalsentry.cli import main
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """Run ``evalsentry`` in a fresh process, as a user would."""
-    return subprocess.run(  # noqa: PLW1510 - callers assert on the exit code
+    return subprocess.run(
         [sys.executable, "-m", "evalsentry.cli", *args],
         cwd=cwd,
         capture_output=True,

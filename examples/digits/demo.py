@@ -1,0 +1,79 @@
+"""The three-week story on the shipped digits data, end to end (`make demo`).
+
+Week 1: the first model is in production; its result becomes the baseline.
+Week 2: a good retrain is promoted; the gate compares it with week 1 and passes.
+Week 3: a retrain on mislabelled data (a broken labelling batch on three classes) is promoted;
+        the weekly flow run ends Failed and names the drop.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from evalsentry.history import iso_week, now_utc
+from evalsentry.registry import Registry
+from examples.digits.train import train
+from flows.weekly_eval import weekly_eval
+
+EVALSETS = Path(__file__).parents[2] / "evalsets"
+MODEL = "digits"
+
+
+def _say(text: str) -> None:
+    print(f"\n== {text}", flush=True)
+
+
+def tell_story(folder: Path) -> list[tuple[str, Any]]:
+    """Train, register and run the three weeks in a fresh ``folder``; return (week, state) pairs."""
+    folder = folder.resolve()
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    config = folder / "evalsentry.yaml"
+    config.write_text(f"store: store\nregistry: registry\nevalsets: {EVALSETS}\n")
+    registry = Registry(str(folder / "registry"))
+
+    _say("Training three checkpoints on the shipped digits data")
+    checkpoints = folder / "checkpoints"
+    first = train(checkpoints / "digits-1.pt", seed=1)
+    retrain = train(checkpoints / "digits-2.pt", seed=2)
+    broken = train(
+        checkpoints / "digits-3.pt", seed=3, corrupt_classes=(3, 5, 8), corrupt_fraction=0.6
+    )
+    registry.register(first, MODEL, stage="production")
+    registry.register(retrain, MODEL)
+    registry.register(broken, MODEL)
+
+    weeks = [iso_week(now_utc() - timedelta(days=7 * back)) for back in (2, 1, 0)]
+    results = []
+    for number, (week, version) in enumerate(zip(weeks, (1, 2, 3), strict=True), start=1):
+        registry.promote(MODEL, version, "production")
+        _say(f"Week {number} ({week}): {MODEL}@v{version} in production")
+        state = weekly_eval(
+            week=week, models=[MODEL], stages=("production",), config=str(config), return_state=True
+        )
+        print(f"flow run {state.name}: {state.message or ''}")
+        results.append((week, state))
+    return results
+
+
+def run_demo(folder: Path) -> int:
+    """Tell the story and summarise it; return 0 when it ends as it should (Failed in week 3)."""
+    start = time.perf_counter()
+    results = tell_story(folder)
+    caught = [state.is_failed() for _, state in results] == [False, False, True]
+    config = folder.resolve() / "evalsentry.yaml"
+    _say("Summary")
+    for week, state in results:
+        print(f"  weekly-eval-{week}: {state.name}")
+    print(
+        f"\n  The regression in {results[-1][0]} was {'caught' if caught else 'NOT caught as expected'}."
+    )
+    print(f"  Reports:  {folder.resolve() / 'store' / 'reports'}")
+    print(f"  History:  evalsentry history --config {config} --metric accuracy")
+    print(f"  Gate:     evalsentry gate --config {config}")
+    print(f"  Took {time.perf_counter() - start:.0f} s.")
+    return 0 if caught else 1

@@ -1,0 +1,1 @@
+"""Prefect flows: wiring only. Deployed by file path from prefect.yaml."""

@@ -1,0 +1,139 @@
+"""The weekly evaluation: verify data, evaluate every checkpoint, record, gate, report."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from prefect import flow, get_run_logger, runtime
+from prefect.states import Failed
+
+from evalsentry.config import load_config
+from evalsentry.cost import CostMeter
+from evalsentry.errors import EvalsentryError
+from evalsentry.evalsets import list_evalsets
+from evalsentry.gate import Comparison, GateReport, Verdict
+from evalsentry.history import iso_week, now_utc
+from evalsentry.names import check_week
+from evalsentry.pipeline import Outcome, new_run_id
+from tasks import events
+from tasks.evalsets import load_evalset, validate_evalset
+from tasks.evaluate import evaluate
+from tasks.gate import gate_week
+from tasks.history import write_comparisons, write_history
+from tasks.registry import resolve_targets
+from tasks.report import publish_report
+
+
+def resolve_week(week: str | None) -> str:
+    """An explicit week (a backfill), else the ISO week of the run's scheduled start."""
+    if week:
+        return check_week(week)
+    scheduled = runtime.flow_run.scheduled_start_time
+    return iso_week(scheduled if scheduled is not None else now_utc())
+
+
+def _run_name() -> str:
+    try:
+        return f"weekly-eval-{resolve_week(runtime.flow_run.parameters.get('week'))}"
+    except EvalsentryError:  # the flow itself fails on the bad week, with the message
+        return "weekly-eval-invalid-week"
+
+
+def _invalid(evalset: str, week: str, error: str) -> Comparison:
+    return Comparison(
+        evaluation_id="",
+        week=week,
+        model="*",
+        version=None,
+        evalset=evalset,
+        reference="none",
+        metric="*",
+        verdict=Verdict.ERROR,
+        reason=f"evalset invalid, nothing evaluated: {error}",
+    )
+
+
+@flow(name="weekly-eval", flow_run_name=_run_name, log_prints=True)
+def weekly_eval(
+    week: str | None = None,
+    models: list[str] | None = None,
+    evalsets: list[str] | None = None,
+    stages: Sequence[str] = ("production", "candidate"),
+    device: str = "auto",
+    config: str = "evalsentry.yaml",
+) -> Any:
+    """Evaluate the registered checkpoints on the frozen evalsets and gate the week.
+
+    Ends Failed, naming each regression or error, when the gate finds any; Completed otherwise.
+    """
+    logger = get_run_logger()
+    settings = load_config(config)
+    week = resolve_week(week)
+    run_id = new_run_id()
+    targets = resolve_targets(settings.registry_url, models, list(stages))
+    names = evalsets or list_evalsets(settings.evalsets_dir)
+    logger.info("%s: %d checkpoint(s) x %d evalset(s)", week, len(targets), len(names))
+
+    validations: dict[str, dict[str, Any]] = {}
+    invalid: list[Comparison] = []
+    for name in names:
+        try:
+            validations[name] = validate_evalset(name, settings.evalsets_dir)
+        except EvalsentryError as exc:
+            logger.error("evalset %s is invalid: %s", name, exc)
+            validations[name] = {"success": False, "error": str(exc)}
+            invalid.append(_invalid(name, week, str(exc)))
+            events.evalset_invalid(name, str(exc), week)
+
+    meter = CostMeter()
+    try:
+        futures = []
+        for name in names:
+            if not validations[name].get("success"):
+                continue
+            loaded = load_evalset(name, settings.evalsets_dir)
+            futures += [
+                evaluate.submit(
+                    target,
+                    loaded,
+                    config=settings,
+                    run_id=run_id,
+                    week=week,
+                    kind="scheduled",
+                    device=device,
+                    meter=meter,
+                    validation=validations[name],
+                )
+                for target in targets
+            ]
+        outcomes: list[Outcome] = [f.result() for f in futures]
+    finally:
+        meter.close()
+    for outcome in outcomes:
+        if not outcome.ok:
+            events.checkpoint_failed(outcome.evaluation)
+
+    if outcomes:
+        write_history(settings.store_url, outcomes)
+    report = gate_week(settings.store_url, week, settings.gate, settings.evalsets_dir)
+    report = GateReport(week, invalid + report.comparisons)
+    created = now_utc()
+    write_comparisons(
+        settings.store_url, [c.row(run_id, created) for c in report.comparisons if c.evaluation_id]
+    )
+    location = publish_report(settings.store_url, report, outcomes, validations)
+    logger.info("report: %s", location)
+
+    bad = report.errors + report.failures
+    for comparison in bad:
+        events.regression(comparison, week)
+    if bad:
+        return Failed(message=report.message())
+    return {
+        "week": week,
+        "verdict": str(report.verdict),
+        "warnings": [c.describe() for c in report.warnings],
+        "evaluations": len(outcomes),
+        "report": location,
+    }

@@ -1,0 +1,49 @@
+"""What the CLI needs to start flows without importing Prefect itself.
+
+The library never imports Prefect; these helpers import the project's ``flows`` modules by
+name (from the current folder, like ``python -m``) and check the Prefect API before a run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlparse
+
+from evalsentry.errors import UsageError
+
+API_URL_ENV = "PREFECT_API_URL"
+CONNECT_TIMEOUT_S = 3.0
+
+
+def ensure_prefect_api() -> None:
+    """Fail fast, with a clear message, when PREFECT_API_URL points at nothing.
+
+    Without PREFECT_API_URL, Prefect starts a temporary local server for the run.
+    """
+    url = os.environ.get(API_URL_ENV)
+    if not url:
+        return
+    parsed = urlparse(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parsed.hostname or "", port), timeout=CONNECT_TIMEOUT_S):
+            return
+    except OSError as exc:
+        raise UsageError(
+            f"{API_URL_ENV}={url}: no Prefect API answers there ({exc.strerror or exc}); "
+            f"start one with `make server`, or unset {API_URL_ENV} to use a temporary local one"
+        ) from None
+
+
+def import_flow(module: str, name: str) -> Callable[..., Any]:
+    """Import ``module:name`` from the project the command runs in."""
+    try:
+        return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+    except ModuleNotFoundError as exc:
+        raise UsageError(
+            f"cannot import {module} ({exc}); run evalsentry from the project root, where flows/ is"
+        ) from None

@@ -1,0 +1,1 @@
+"""Thin Prefect tasks: one evalsentry library call each, plus retries, caching, names and tags."""

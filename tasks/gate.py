@@ -1,0 +1,28 @@
+"""Gate tasks: the weekly gate and the candidate gate, over the history."""
+
+from __future__ import annotations
+
+import pandas as pd
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from evalsentry import gate
+from evalsentry.config import GatePolicy
+from evalsentry.gate import GateReport
+from evalsentry.history import History
+
+
+@task(name="gate-week", cache_policy=NO_CACHE)
+def gate_week(store_url: str, week: str, policy: GatePolicy, evalsets_dir: str) -> GateReport:
+    """Compare the week's production results with the previous week and the baseline."""
+    return gate.gate_week(History(store_url), week, policy, evalsets_dir=evalsets_dir)
+
+
+@task(name="gate-candidate", cache_policy=NO_CACHE)
+def gate_candidate(
+    store_url: str, evaluation: dict[str, object], policy: GatePolicy, evalsets_dir: str
+) -> GateReport:
+    """Compare a candidate evaluation with the latest production result of its model."""
+    return gate.gate_candidate(
+        History(store_url), pd.Series(evaluation), policy, evalsets_dir=evalsets_dir
+    )

@@ -1,0 +1,26 @@
+"""History tasks: storage I/O, retried because object stores and network disks fail transiently."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from evalsentry.history import History
+from evalsentry.pipeline import Outcome, record
+
+
+@task(name="write-history", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2)
+def write_history(store_url: str, outcomes: Sequence[Outcome]) -> int:
+    """Append the run's evaluations, metrics and predictions; returns the rows written."""
+    record(History(store_url), outcomes)
+    return len(outcomes)
+
+
+@task(name="write-comparisons", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2)
+def write_comparisons(store_url: str, rows: Sequence[dict[str, Any]]) -> int:
+    """Append the gate's verdicts for audit."""
+    History(store_url).append_comparisons(rows)
+    return len(rows)

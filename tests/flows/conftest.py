@@ -1,0 +1,38 @@
+"""One Prefect test harness for every flow test: a real (temporary) Prefect API."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A session-wide harness with heartbeats and telemetry off, its database in a temp folder."""
+    os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-home"))
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    os.environ.pop("PREFECT_API_URL", None)
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    with (
+        prefect_test_harness(server_startup_timeout=90),
+        temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}),
+    ):
+        yield
+
+
+@pytest.fixture
+def toy_project(tmp_path: Path, toy_evalset: Path, toy_checkpoints: dict[str, Path]) -> Path:
+    """A project with the toy evalset, and the good checkpoint as production of 'toy-model'."""
+    from evalsentry.registry import Registry
+
+    config = tmp_path / "evalsentry.yaml"
+    config.write_text(f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n")
+    Registry(str(tmp_path / "registry")).register(
+        toy_checkpoints["good"], "toy-model", stage="production"
+    )
+    return config

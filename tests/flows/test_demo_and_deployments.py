@@ -1,0 +1,55 @@
+"""The demo story end to end, and every deployment in prefect.yaml loads."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import yaml
+
+from evalsentry.config import load_config
+from evalsentry.history import History
+from examples.digits.demo import tell_story
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_demo_story_completes_twice_then_catches_the_regression(tmp_path: Path) -> None:
+    """The three demo weeks end Completed, Completed, Failed, naming the drop of digits@v3."""
+    results = tell_story(tmp_path / "demo")
+    assert [state.name for _, state in results] == ["Completed", "Completed", "Failed"]
+    message = results[-1][1].message
+    assert "digits@v3 on digits: accuracy vs previous-week" in message
+    assert "drop beyond tolerance and significant" in message
+    evaluations = History(
+        load_config(tmp_path / "demo" / "evalsentry.yaml").store_url
+    ).evaluations()
+    assert evaluations["version"].tolist() == [1, 2, 3]
+
+
+def test_every_deployment_parses_and_its_entrypoint_imports() -> None:
+    """Each prefect.yaml deployment names a flow that imports, on the gpu pool, with a schedule where due."""
+    from prefect.flows import Flow
+
+    spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    deployments = {d["name"]: d for d in spec["deployments"]}
+    assert set(deployments) == {"weekly-eval", "evaluate-candidate"}
+    for deployment in deployments.values():
+        path, name = deployment["entrypoint"].split(":")
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        flow = getattr(module, name)
+        assert isinstance(flow, Flow)
+        assert deployment["work_pool"]["name"] == "gpu"
+        assert set(deployment.get("parameters", {})) <= set(flow.parameters.properties)
+    schedule = deployments["weekly-eval"]["schedules"][0]
+    assert (schedule["cron"], schedule["timezone"]) == ("0 6 * * 1", "UTC")
+    assert "schedules" not in deployments["evaluate-candidate"]
+
+
+def test_automation_example_is_valid_for_the_prefect_api() -> None:
+    """The regression-alert automation parses as a Prefect automation on our event."""
+    from prefect.events.schemas.automations import AutomationCore
+
+    document = yaml.safe_load((ROOT / "automations" / "regression-alert.yaml").read_text())
+    automation = AutomationCore.model_validate(document)
+    assert automation.trigger.expect == {"evalsentry.regression.detected"}

@@ -1,0 +1,48 @@
+"""`evalsentry run` and `demo` entry points: the Prefect API check before anything starts."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_unreachable_prefect_api_is_a_clear_message_not_a_hang() -> None:
+    """PREFECT_API_URL pointing nowhere fails in seconds with one line and exit 2."""
+    env = {**os.environ, "PREFECT_API_URL": f"http://127.0.0.1:{_closed_port()}/api"}
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "evalsentry.cli", "run", "--week", "2026-W40"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "no Prefect API answers there" in result.stderr and "make server" in result.stderr
+    assert result.stderr.strip().count("\n") == 0
+    assert time.monotonic() - start < 30
+
+
+def test_run_refuses_a_malformed_week_before_starting_prefect() -> None:
+    """A bad --week is a usage error before any flow machinery starts."""
+    result = subprocess.run(
+        [sys.executable, "-m", "evalsentry.cli", "run", "--week", "49"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "ISO week" in result.stderr
