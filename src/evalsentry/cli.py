@@ -228,7 +228,7 @@ def evalset_freeze(
 
 @evalset_app.command("verify")
 def evalset_verify(
-    name: Annotated[str, typer.Argument(help="Evalset name or folder.")],
+    name: Annotated[str, typer.Argument(help="Evalset name (a folder under evalsets/).")],
     config: ConfigOption = None,
 ) -> None:
     """Re-hash every file and run the expectation suite; exit 1 if anything fails."""
@@ -279,7 +279,7 @@ def evalset_list(config: ConfigOption = None) -> None:
 
 @evalset_app.command("show")
 def evalset_show(
-    name: Annotated[str, typer.Argument(help="Evalset name or folder.")],
+    name: Annotated[str, typer.Argument(help="Evalset name (a folder under evalsets/).")],
     config: ConfigOption = None,
 ) -> None:
     """Print an evalset's manifest."""

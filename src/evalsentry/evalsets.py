@@ -158,22 +158,24 @@ class Evalset:
 
 
 def evalset_folder(name_or_path: str | Path, evalsets_dir: str | Path | None = None) -> Path:
-    """Resolve an evalset name (under ``evalsets_dir``) or folder path to its folder.
+    """Resolve an evalset name (a ``str``, under ``evalsets_dir``) or folder (a ``Path``).
+
+    Names come from users, configs and flow parameters, so they are checked to be one plain
+    path segment: ``../x``, absolute paths and odd characters are refused.
 
     Raises:
+        InvalidName: a name that tries to address another folder.
         EvalsetError: no such evalset (with a did-you-mean among the known ones).
     """
-    candidate = Path(name_or_path)
-    if (candidate / MANIFEST).is_file():
-        return candidate
+    if isinstance(name_or_path, Path):
+        if (name_or_path / MANIFEST).is_file():
+            return name_or_path
+        raise EvalsetError(f"{name_or_path}: no {MANIFEST} here; not a frozen evalset folder")
     root = Path(evalsets_dir or "evalsets")
-    if isinstance(name_or_path, str) and "/" not in name_or_path:
-        check_name("evalset", name_or_path)
-        if (root / name_or_path / MANIFEST).is_file():
-            return root / name_or_path
-    known = list_evalsets(root)
+    if (root / check_name("evalset", name_or_path) / MANIFEST).is_file():
+        return root / name_or_path
     raise EvalsetError(
-        f"evalset {str(name_or_path)!r} not found in {root}.{did_you_mean(str(name_or_path), known)}"
+        f"evalset {name_or_path!r} not found in {root}.{did_you_mean(name_or_path, list_evalsets(root))}"
     )
 
 

@@ -8,6 +8,9 @@ Tables (each a folder of Parquet files, readable by pandas, pyarrow datasets and
 - ``predictions/<evaluation_id>.parquet``: per-example outputs, for paired comparisons.
 - ``baselines/<model>.json``: a pinned baseline week, when one is set.
 
+Older files read as they are: a column they lack reads as null. Files of a newer schema are
+refused with a message to upgrade.
+
 Every write creates new files only, each published atomically, and an evaluation's rows are
 committed by writing its ``evaluations`` file last: metrics or predictions without their
 evaluation row are never read. Re-running a week supersedes, in the read view, the earlier rows
@@ -290,6 +293,12 @@ class History:
             conditions.append(pc.field("kind") == kind)
         filter_ = _all(conditions)
         frame = self._read(EVALUATIONS, filter_).to_pandas()
+        newest = frame["schema_version"].max() if not frame.empty else SCHEMA_VERSION
+        if newest > SCHEMA_VERSION:
+            raise HistoryError(
+                f"{join(self.path, EVALUATIONS)}: schema_version: written by a newer evalsentry "
+                f"(schema {newest}, this one reads up to {SCHEMA_VERSION}); upgrade evalsentry"
+            )
         if not include_superseded and not frame.empty:
             frame = frame.sort_values("finished_at").drop_duplicates(SUPERSEDE_KEY, keep="last")
         return frame.sort_values(["week", "finished_at"]).reset_index(drop=True)
