@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Development and CI machines have no GPU: take torch's CPU build (see requirements/cpu.txt).
 CONSTRAINTS ?= requirements/cpu.txt
 
-.PHONY: demo test lint bench server deploy worker clean
+.PHONY: demo test browser lint bench soak server deploy worker clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,8 +17,16 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 demo: $(STAMP)
 	$(BIN)/evalsentry demo
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest
+
+# The HTML report is looked at in headless Chromium by the tests: install Debian's package
+# where it is missing and we may (root). Elsewhere that one test is skipped, saying why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	echo "chromium could not be installed: the browser test will be skipped"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -26,6 +34,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak
 
 # A local Prefect server and a process worker on the `gpu` pool, to watch runs in the UI.
 PREFECT_PORT ?= 4200

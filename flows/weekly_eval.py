@@ -17,10 +17,11 @@ from evalsentry.history import iso_week, now_utc
 from evalsentry.names import check_week
 from evalsentry.pipeline import Outcome, new_run_id
 from tasks import events
+from tasks.drift import check_drift
 from tasks.evalsets import load_evalset, validate_evalset
 from tasks.evaluate import evaluate
 from tasks.gate import gate_week
-from tasks.history import write_comparisons, write_history
+from tasks.history import write_comparisons, write_drift, write_history
 from tasks.registry import resolve_targets
 from tasks.report import publish_report
 
@@ -87,29 +88,33 @@ def weekly_eval(
             events.evalset_invalid(name, str(exc), week)
 
     meter = CostMeter()
+    loaded = {
+        name: load_evalset(name, settings.evalsets_dir)
+        for name in names
+        if validations[name].get("success")
+    }
     try:
-        futures = []
-        for name in names:
-            if not validations[name].get("success"):
-                continue
-            loaded = load_evalset(name, settings.evalsets_dir)
-            futures += [
-                evaluate.submit(
-                    target,
-                    loaded,
-                    config=settings,
-                    run_id=run_id,
-                    week=week,
-                    kind="scheduled",
-                    device=device,
-                    meter=meter,
-                    validation=validations[name],
-                )
-                for target in targets
-            ]
+        futures = [
+            evaluate.submit(
+                target,
+                evalset,
+                config=settings,
+                run_id=run_id,
+                week=week,
+                kind="scheduled",
+                device=device,
+                meter=meter,
+                validation=validations[name],
+            )
+            for name, evalset in loaded.items()
+            for target in targets
+        ]
         outcomes: list[Outcome] = [f.result() for f in futures]
     finally:
         meter.close()
+    drifts = [
+        d for evalset in loaded.values() for d in check_drift(evalset, outcomes, settings, device)
+    ]
     for outcome in outcomes:
         if not outcome.ok:
             events.checkpoint_failed(outcome.evaluation)
@@ -122,18 +127,31 @@ def weekly_eval(
     write_comparisons(
         settings.store_url, [c.row(run_id, created) for c in report.comparisons if c.evaluation_id]
     )
-    location = publish_report(settings.store_url, report, outcomes, validations)
+    write_drift(settings.store_url, [d.row(run_id, week) for d in drifts])
+    for result in drifts:
+        if result.verdict != "PASS":
+            events.drift(result, week)
+    location = publish_report(
+        settings.store_url, report, outcomes, validations, drifts=drifts, config=settings
+    )
     logger.info("report: %s", location)
 
     bad = report.errors + report.failures
     for comparison in bad:
         events.regression(comparison, week)
-    if bad:
-        return Failed(message=report.message())
+    drifted = [d for d in drifts if d.verdict == "FAIL"] if settings.drift.fail_run else []
+    if bad or drifted:
+        lines = [report.message()] if bad else []
+        lines += [
+            f"DRIFT {d.evalset} {d.model or ''} {d.feature}: PSI {d.psi:.3f}, p={d.p_adjusted:.2g}"
+            for d in drifted
+        ]
+        return Failed(message="\n".join(lines))
     return {
         "week": week,
         "verdict": str(report.verdict),
         "warnings": [c.describe() for c in report.warnings],
         "evaluations": len(outcomes),
+        "drift": {d.feature + (f"@{d.model}" if d.model else ""): d.verdict for d in drifts},
         "report": location,
     }

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from prefect.events import emit_event
 
+from evalsentry.drift import DriftResult
 from evalsentry.gate import Comparison
 
 REGRESSION = "evalsentry.regression.detected"
 EVALSET_INVALID = "evalsentry.evalset.invalid"
 CHECKPOINT_FAILED = "evalsentry.checkpoint.failed"
+DRIFT = "evalsentry.drift.detected"
 
 
 def _model(name: str) -> dict[str, str]:
@@ -61,3 +64,16 @@ def checkpoint_failed(evaluation: dict[str, Any]) -> None:
             for k in ("model", "version", "stage", "checkpoint_uri", "evalset", "week", "error")
         },
     )
+
+
+def drift(result: DriftResult, week: str) -> None:
+    """Live data (or a model's predictions on it) moved away from the frozen evalset."""
+    resource = (
+        _model(result.model)
+        if result.model
+        else {
+            "prefect.resource.id": f"evalsentry.evalset.{result.evalset}",
+            "prefect.resource.name": result.evalset,
+        }
+    )
+    emit_event(DRIFT, resource=resource, payload={**asdict(result), "week": week})

@@ -24,3 +24,10 @@ def write_comparisons(store_url: str, rows: Sequence[dict[str, Any]]) -> int:
     """Append the gate's verdicts for audit."""
     History(store_url).append_comparisons(rows)
     return len(rows)
+
+
+@task(name="write-drift", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2)
+def write_drift(store_url: str, rows: Sequence[dict[str, Any]]) -> int:
+    """Append live-data drift results."""
+    History(store_url).append_drift(rows)
+    return len(rows)

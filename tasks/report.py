@@ -10,7 +10,11 @@ from prefect import task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from evalsentry.config import Config
+from evalsentry.drift import DriftResult
 from evalsentry.gate import GateReport
+from evalsentry.history import History
+from evalsentry.html_report import render_report
 from evalsentry.pipeline import Outcome
 from evalsentry.report import weekly_markdown
 from evalsentry.storage import filesystem, join, write_atomic
@@ -34,15 +38,21 @@ def publish_report(
     validations: Mapping[str, Mapping[str, Any]],
     *,
     key_prefix: str = "weekly-eval",
+    drifts: Sequence[DriftResult] = (),
+    config: Config | None = None,
 ) -> str:
-    """Write ``reports/<week>.md`` under the store and publish it as Prefect artifacts."""
+    """Write the week's Markdown (and, with ``config``, HTML) report under the store; publish artifacts."""
     evaluations = [o.evaluation for o in outcomes]
     metrics = [m for o in outcomes for m in o.metrics]
-    markdown = weekly_markdown(report, evaluations, metrics, validations)
+    markdown = weekly_markdown(report, evaluations, metrics, validations, drifts)
     fs, root = filesystem(store_url)
     path = join(root, "reports", f"{key_prefix}-{report.week}.md")
     write_atomic(fs, path, markdown.encode())
     location = fs.unstrip_protocol(path)
+    if config is not None:
+        html_path = join(root, "reports", f"{key_prefix}-{report.week}.html")
+        write_atomic(fs, html_path, render_report(History(store_url), report.week, config).encode())
+        location = fs.unstrip_protocol(html_path)
     create_markdown_artifact(
         markdown,
         key=f"{key_prefix}-report",

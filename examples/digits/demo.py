@@ -4,6 +4,10 @@ Week 1: the first model is in production; its result becomes the baseline.
 Week 2: a good retrain is promoted; the gate compares it with week 1 and passes.
 Week 3: a retrain on mislabelled data (a broken labelling batch on three classes) is promoted;
         the weekly flow run ends Failed and names the drop.
+
+Every week also compares a live sample of "production" inputs (real digits with a changed
+class mix and scanner noise, `live/week-sample.parquet`) with the frozen evalset: the drift is
+reported (WARN/FAIL verdicts and events) without failing the run.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from examples.digits.train import train
 from flows.weekly_eval import weekly_eval
 
 EVALSETS = Path(__file__).parents[2] / "evalsets"
+LIVE_SAMPLE = Path(__file__).parent / "live" / "week-sample.parquet"
 MODEL = "digits"
 
 
@@ -33,7 +38,10 @@ def tell_story(folder: Path) -> list[tuple[str, Any]]:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     config = folder / "evalsentry.yaml"
-    config.write_text(f"store: store\nregistry: registry\nevalsets: {EVALSETS}\n")
+    config.write_text(
+        f"store: store\nregistry: registry\nevalsets: {EVALSETS}\n"
+        f"drift:\n  live:\n    digits: {LIVE_SAMPLE}\n"
+    )
     registry = Registry(str(folder / "registry"))
 
     _say("Training three checkpoints on the shipped digits data")
@@ -72,8 +80,11 @@ def run_demo(folder: Path) -> int:
     print(
         f"\n  The regression in {results[-1][0]} was {'caught' if caught else 'NOT caught as expected'}."
     )
-    print(f"  Reports:  {folder.resolve() / 'store' / 'reports'}")
+    print(
+        f"  Report:   {folder.resolve() / 'store' / 'reports' / f'weekly-eval-{results[-1][0]}.html'}"
+    )
     print(f"  History:  evalsentry history --config {config} --metric accuracy")
     print(f"  Gate:     evalsentry gate --config {config}")
+    print(f"  Bill:     evalsentry cost --config {config} --by week")
     print(f"  Took {time.perf_counter() - start:.0f} s.")
     return 0 if caught else 1

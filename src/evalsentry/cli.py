@@ -7,6 +7,8 @@ one line and no traceback. Heavy modules are imported inside the commands that n
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -475,6 +477,72 @@ def history(
         _print_table("History", [*columns[:8], "95% CI", "n", "status"], rows)
 
 
+@app.command()
+def cost(
+    weeks: Annotated[int | None, typer.Option(help="Only the last N weeks.")] = None,
+    by: Annotated[str, typer.Option(help="Group by model, device or week.")] = "week",
+    config: ConfigOption = None,
+) -> None:
+    """The bill: device-hours, kWh, kg CO2 and money per week, model or device, with totals."""
+    from evalsentry.cost import ledger
+
+    _, store = _history(config)
+    evaluations = store.evaluations()
+    if evaluations.empty:
+        raise UsageError("the history holds no evaluation yet; nothing to bill")
+    if weeks is not None:
+        keep = sorted(set(evaluations["week"]))[-weeks:]
+        evaluations = evaluations[evaluations["week"].isin(keep)]
+    bill = ledger(evaluations, by)
+    rows = [
+        [
+            getattr(r, by),
+            r.evaluations,
+            f"{r.device_hours:.4f}",
+            f"{r.kwh:.3e}",
+            f"{r.co2_kg:.3e}",
+            f"{r.cost:.3g} {r.currency}",
+        ]
+        for r in bill.itertuples(index=False)
+    ]
+    _print_table(
+        f"Cost by {by}", [by, "evaluations", "device-hours", "kWh", "kg CO2", "money"], rows
+    )
+
+
+@app.command()
+def report(
+    week: Annotated[
+        str | None, typer.Option(help="ISO week (default: the latest recorded).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="HTML file to write (default: under the store).")
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Write one self-contained HTML report: trends, verdicts, slices, flips, drift, lineage, cost."""
+    from evalsentry.html_report import render_report
+    from evalsentry.names import check_week
+    from evalsentry.storage import filesystem, join, write_atomic
+
+    settings, store = _history(config)
+    if week is None:
+        recorded = store.evaluations(kind="scheduled")["week"]
+        if recorded.empty:
+            raise UsageError(f"{settings.store_url}: the history holds no weekly evaluation yet")
+        week = str(recorded.max())
+    html = render_report(store, check_week(week), settings)
+    if out is not None:
+        out.write_text(html, encoding="utf-8")
+        target = str(out)
+    else:
+        fs, root = filesystem(settings.store_url)
+        path = join(root, "reports", f"weekly-eval-{week}.html")
+        write_atomic(fs, path, html.encode())
+        target = fs.unstrip_protocol(path)
+    typer.echo(f"report {week}: {target}")
+
+
 @baseline_app.command("set")
 def baseline_set(
     model: Annotated[str, typer.Option(help="Model line.")],
@@ -557,6 +625,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map evalsentry errors to one line on stderr and an exit code."""
     # Like `python -m`: the current folder is importable, so model factories and flows of the
     # project the command runs in resolve.
+    # Library warnings (a checkpoint recorded as failed, an out-of-memory retry) go to stderr
+    # only when asked for: a user error stays one line. EVALSENTRY_LOG_LEVEL=INFO shows them.
+    handler = logging.StreamHandler()
+    handler.setLevel(os.environ.get("EVALSENTRY_LOG_LEVEL", "ERROR").upper())
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=handler.level, handlers=[handler])
     cwd = str(Path.cwd())
     if cwd not in sys.path:
         sys.path.insert(0, cwd)

@@ -73,6 +73,27 @@ class GatePolicy(BaseModel):
         return self.metrics.get(metric, self.default)
 
 
+class DriftPolicy(BaseModel):
+    """Live-data drift: where each evalset's recent production inputs are, and thresholds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    live: dict[str, str] = Field(
+        default_factory=dict, description="evalset name -> Parquet path, glob or fsspec URL"
+    )
+    psi_warn: float = Field(0.1, ge=0)
+    psi_fail: float = Field(0.25, ge=0)
+    alpha: float = Field(0.05, gt=0, lt=1)
+    fail_run: bool = Field(False, description="whether FAIL-level drift fails the weekly run")
+
+    def verdict(self, psi: float, p_value: float) -> str:
+        """FAIL or WARN when the shift is both significant and large enough, else PASS."""
+        if p_value < self.alpha and psi >= self.psi_fail:
+            return "FAIL"
+        if p_value < self.alpha and psi >= self.psi_warn:
+            return "WARN"
+        return "PASS"
+
+
 class CostRates(BaseModel):
     """Rates that turn measured time and energy into money and carbon."""
 
@@ -95,6 +116,7 @@ class Config(BaseModel):
     evalsets: str = "evalsets"
     gate: GatePolicy = GatePolicy()
     cost: CostRates = CostRates()
+    drift: DriftPolicy = DriftPolicy()
     root: str = Field(".", exclude=True, description="folder the relative locations resolve in")
 
     def resolve(self, location: str) -> str:

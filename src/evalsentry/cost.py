@@ -119,3 +119,35 @@ def cost_fields(
         "currency": rates.currency,
         "energy_method": method,
     }
+
+
+LEDGER_GROUPS = ("model", "device", "week")
+
+
+def ledger(evaluations: Any, by: str) -> Any:
+    """The bill from the history's evaluation rows, grouped ``by`` model, device or week.
+
+    Returns a DataFrame with evaluations, device-hours, kWh, kg CO2 and money per group, and a
+    final ``total`` row.
+    """
+    import pandas as pd
+
+    if by not in LEDGER_GROUPS:
+        from evalsentry.errors import UsageError
+
+        raise UsageError(f"--by: {by!r} is not one of {', '.join(LEDGER_GROUPS)}")
+    frame = evaluations.assign(
+        device=evaluations["device"].fillna("unknown"),
+        device_hours=evaluations["wall_s"].fillna(0) / SECONDS_PER_HOUR,
+    )
+    grouped = frame.groupby(by, sort=True).agg(
+        evaluations=("evaluation_id", "count"),
+        device_hours=("device_hours", "sum"),
+        kwh=("energy_kwh", "sum"),
+        co2_kg=("co2_kg", "sum"),
+        cost=("cost", "sum"),
+    )
+    grouped.loc["total"] = grouped.sum(numeric_only=True)
+    grouped["evaluations"] = grouped["evaluations"].astype(int)
+    currency = frame["currency"].dropna().iloc[0] if frame["currency"].notna().any() else ""
+    return pd.DataFrame(grouped).reset_index().rename(columns={by: by}).assign(currency=currency)

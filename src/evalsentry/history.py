@@ -5,6 +5,7 @@ Tables (each a folder of Parquet files, readable by pandas, pyarrow datasets and
 - ``evaluations/``: one row per checkpoint x evalset x run (lineage, environment, cost, status).
 - ``metrics/``: long format, one row per evaluation x metric x slice (value, CI, n).
 - ``comparisons/``: the gate's verdicts, one row per evaluation x reference x metric x slice.
+- ``drift/``: live-data drift, one row per week x evalset x feature (or model's predictions).
 - ``predictions/<evaluation_id>.parquet``: per-example outputs, for paired comparisons.
 - ``baselines/<model>.json``: a pinned baseline week, when one is set.
 
@@ -145,10 +146,30 @@ COMPARISONS_SCHEMA = pa.schema(
         ("reason", pa.string()),
     ]
 )
+DRIFT = "drift"
+DRIFT_SCHEMA = pa.schema(
+    [
+        ("schema_version", pa.int32()),
+        ("run_id", pa.string()),
+        ("week", pa.string()),
+        ("evalset", pa.string()),
+        ("feature", pa.string()),
+        ("kind", pa.string()),
+        ("model", pa.string()),
+        ("psi", pa.float64()),
+        ("statistic", pa.float64()),
+        ("p_value", pa.float64()),
+        ("p_adjusted", pa.float64()),
+        ("n_reference", pa.int64()),
+        ("n_live", pa.int64()),
+        ("verdict", pa.string()),
+    ]
+)
 SCHEMAS = {
     EVALUATIONS: EVALUATIONS_SCHEMA,
     METRICS: METRICS_SCHEMA,
     COMPARISONS: COMPARISONS_SCHEMA,
+    DRIFT: DRIFT_SCHEMA,
 }
 
 
@@ -196,7 +217,7 @@ class History:
             write_atomic(self.fs, path, buffer.getvalue(), exclusive=True)
         except OSError as exc:
             raise HistoryError(
-                f"{path}: cannot write the history ({exc.strerror or exc}); nothing was written"
+                f"{path}: cannot write the history ({exc.strerror or exc}); this run was not committed, earlier rows are intact"
             ) from None
 
     def _publish(self, table_name: str, table: pa.Table, stem: str) -> None:
@@ -236,6 +257,22 @@ class History:
         """Store the gate's verdicts for audit and reports."""
         if rows:
             self._publish(COMPARISONS, _table(rows, COMPARISONS_SCHEMA), str(rows[0]["run_id"]))
+
+    def append_drift(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Store live-data drift results."""
+        if rows:
+            self._publish(DRIFT, _table(rows, DRIFT_SCHEMA), str(rows[0]["run_id"]))
+
+    def drift(self, weeks: Iterable[str] | None = None) -> pd.DataFrame:
+        """Drift results, newest run per week."""
+        import pyarrow.compute as pc
+
+        filter_ = pc.field("week").isin(list(weeks)) if weeks is not None else None
+        frame = self._read(DRIFT, filter_).to_pandas()
+        if frame.empty:
+            return frame
+        latest = frame.groupby("week")["run_id"].transform("last")
+        return frame[frame["run_id"] == latest].reset_index(drop=True)
 
     def set_baseline(self, model: str, week: str) -> None:
         """Pin ``week`` as the baseline of ``model``'s production line."""

@@ -215,3 +215,23 @@ def _per_example(
     for name, values in evalset.slices.items():
         columns[f"slice:{name}"] = values
     return columns
+
+
+def predict_classes(
+    model: torch.nn.Module,
+    inputs: torch.Tensor,
+    *,
+    device: str = "auto",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> np.ndarray:
+    """Predicted class of each row of ``inputs`` (unlabelled data, e.g. a live sample)."""
+    import torch
+
+    target = torch.device(resolve_device(device))
+    model = model.to(target).eval()
+    with torch.inference_mode():
+        outputs = [
+            model(inputs[i : i + batch_size].to(target)).argmax(dim=1).cpu()
+            for i in range(0, len(inputs), batch_size)
+        ]
+    return torch.cat(outputs).numpy() if outputs else np.empty(0, np.int64)

@@ -115,7 +115,13 @@ def evaluate_checkpoint(
         names = metric_names(evalset.spec.metrics, evalset.spec.task, evalset.spec.num_classes)
         metrics = _metric_rows(result.columns, names, evalset, row)
     except EvalsentryError as exc:
-        log.error("%s@v%s on %s failed: %s", target.model, target.version, evalset.spec.name, exc)
+        log.warning(
+            "%s v%s on %s failed, recorded as an error: %s",
+            target.model,
+            target.version,
+            evalset.spec.name,
+            exc,
+        )
         row.update(
             status="error",
             error=str(exc),
@@ -208,3 +214,35 @@ def record(history: History, outcomes: Sequence[Outcome]) -> None:
             if o.predictions is not None
         },
     )
+
+
+def live_drift(
+    evalset: Evalset, outcomes: Sequence[Outcome], *, config: Config, device: str = "auto"
+) -> list[Any]:
+    """Drift of the evalset's live sample (if configured): inputs, and each production model's predictions."""
+    import torch
+
+    from evalsentry.checkpoint import load_checkpoint
+    from evalsentry.drift import input_drift, prediction_drift, read_live
+    from evalsentry.inference import predict_classes
+
+    source = config.drift.live.get(evalset.spec.name)
+    if source is None:
+        return []
+    live = read_live(config.resolve(source), evalset)
+    results = input_drift(evalset, live, config.drift)
+    if evalset.spec.task != "classification":
+        return results
+    for outcome in outcomes:
+        row = outcome.evaluation
+        if not outcome.ok or row["stage"] != "production" or row["evalset"] != evalset.spec.name:
+            continue
+        model = load_checkpoint(
+            row["checkpoint_uri"], expected_sha256=row["checkpoint_sha256"]
+        ).model
+        live_pred = predict_classes(model, torch.from_numpy(live), device=device)
+        reference = (
+            np.asarray(outcome.predictions["prediction"]) if outcome.predictions else live_pred
+        )
+        results.append(prediction_drift(row["model"], evalset, reference, live_pred, config.drift))
+    return results

@@ -127,8 +127,9 @@ def weekly_markdown(
     evaluations: Sequence[Mapping[str, Any]],
     metrics: Sequence[Mapping[str, Any]],
     validations: Mapping[str, Mapping[str, Any]],
+    drifts: Sequence[Any] = (),
 ) -> str:
-    """The weekly report: verdicts, metrics with CIs, lineage, cost, data validation."""
+    """The weekly report: verdicts, metrics with CIs, lineage, cost, data validation, drift."""
     lines = [gate_markdown(report, include_slices=False).rstrip(), "", "### Metrics", ""]
     by_eval = {e["evaluation_id"]: e for e in evaluations}
     rows = [
@@ -194,4 +195,44 @@ def weekly_markdown(
             for name, v in validations.items()
         ],
     )
+    if drifts:
+        lines += ["", "### Live-data drift", ""]
+        lines += _table(
+            ["evalset", "feature", "model", "PSI", "p (BH)", "verdict"],
+            [
+                [
+                    d.evalset,
+                    d.feature,
+                    d.model or "",
+                    f"{d.psi:.3f}",
+                    f"{d.p_adjusted:.2g}",
+                    d.verdict,
+                ]
+                for d in drifts
+            ],
+        )
+    total = sum(e.get("cost") or 0.0 for e in evaluations)
+    energy = sum(e.get("energy_kwh") or 0.0 for e in evaluations)
+    currency = next((e.get("currency") for e in evaluations if e.get("currency")), "")
+    lines += ["", f"**This week's bill:** {total:.5f} {currency}, {energy:.2e} kWh.", ""]
+    if drifts:
+        lines += ["", "### Live-data drift", ""]
+        lines += _table(
+            ["evalset", "feature", "model", "PSI", "p (BH)", "verdict"],
+            [
+                [
+                    d.evalset,
+                    d.feature,
+                    d.model or "",
+                    f"{d.psi:.3f}",
+                    f"{d.p_adjusted:.2g}",
+                    d.verdict,
+                ]
+                for d in drifts
+            ],
+        )
+    total = sum(e.get("cost") or 0.0 for e in evaluations)
+    energy = sum(e.get("energy_kwh") or 0.0 for e in evaluations)
+    currency = next((e.get("currency") for e in evaluations if e.get("currency")), "")
+    lines += ["", f"**This week's bill:** {total:.5f} {currency}, {energy:.2e} kWh.", ""]
     return "\n".join(lines) + "\n"

@@ -133,3 +133,49 @@ def test_malformed_week_is_refused(toy_project: Path, week: str) -> None:
     """A backfill week that is not an ISO week is refused before anything runs."""
     state = weekly_eval(week=week, config=str(toy_project), return_state=True)
     assert state.is_failed() and "ISO week" in state.message
+
+
+class TestDrift:
+    @staticmethod
+    def shifted_live_sample(toy_evalset: Path, tmp_path: Path) -> Path:
+        """The toy inputs moved by +1.5 on every feature: drift that cannot be missed."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from evalsentry.evalsets import load_evalset
+
+        values = load_evalset(toy_evalset).inputs.numpy().reshape(-1) + 1.5
+        path = tmp_path / "live.parquet"
+        pq.write_table(
+            pa.table(
+                {"x": pa.FixedSizeListArray.from_arrays(pa.array(values.astype(np.float32)), 4)}
+            ),
+            path,
+        )
+        return path
+
+    def test_drift_is_recorded_reported_and_does_not_fail_by_default(
+        self, toy_project: Path, toy_evalset: Path, tmp_path: Path
+    ) -> None:
+        """A shifted live sample yields drift rows and an HTML report; the run still completes."""
+        live = self.shifted_live_sample(toy_evalset, tmp_path)
+        toy_project.write_text(toy_project.read_text() + f"drift:\n  live:\n    toy: {live}\n")
+        state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+        assert state.is_completed()
+        drift = history(toy_project).drift()
+        assert set(drift["kind"]) == {"input", "prediction"}
+        assert (drift["verdict"] == "FAIL").any()
+        html = Path(load_config(toy_project).store_url) / "reports" / "weekly-eval-2026-W40.html"
+        assert "Live-data drift" in html.read_text()
+
+    def test_drift_can_fail_the_run(
+        self, toy_project: Path, toy_evalset: Path, tmp_path: Path
+    ) -> None:
+        """With drift.fail_run, FAIL-level drift ends the run Failed, naming the feature."""
+        live = self.shifted_live_sample(toy_evalset, tmp_path)
+        toy_project.write_text(
+            toy_project.read_text() + f"drift:\n  fail_run: true\n  live:\n    toy: {live}\n"
+        )
+        state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+        assert state.is_failed() and "DRIFT toy" in state.message

@@ -244,3 +244,36 @@ class TestEvaluateCommand:
             )
             == 2
         )
+
+
+class TestCostAndReportCommands:
+    def test_cost_by_week_and_model(
+        self, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`cost` prints a row per group and a total; an unknown grouping is refused."""
+        history = History(str(project / "store"))
+        for week in ("2026-W40", "2026-W41"):
+            record_week(
+                history,
+                week,
+                accuracy_mask(N, 0.9),
+                wall_s=1800.0,
+                cost=1.5,
+                energy_kwh=0.1,
+                co2_kg=0.04,
+                currency="USD",
+            )
+        assert main(["cost", "--config", config(project), "--by", "week"]) == 0
+        out = capsys.readouterr().out
+        assert "2026-W40" in out and "total" in out and "3 USD" in out
+        assert main(["cost", "--config", config(project), "--by", "colour"]) == 2
+
+    def test_report_writes_html_under_the_store(
+        self, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`report` writes the week's self-contained HTML under the store by default."""
+        drop_weeks(project)
+        assert main(["report", "--config", config(project)]) == 0
+        page = project / "store" / "reports" / "weekly-eval-2026-W42.html"
+        assert page.is_file() and "<svg" in page.read_text()
+        assert str(page) in capsys.readouterr().out

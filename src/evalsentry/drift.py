@@ -1,0 +1,199 @@
+"""Drift of live production inputs against the frozen evalset, and of the predictions on them.
+
+A frozen evalset catches regressions of the model and its environment; it cannot see the
+world changing. For each input feature (for a tensor input: per-row summary statistics) the
+live sample is compared with the frozen rows by population stability index and a two-sample
+Kolmogorov-Smirnov test, Benjamini-Hochberg corrected across features; for each production
+checkpoint, the distribution of predicted classes on live data is compared with the one on the
+frozen set (PSI and a chi-square test).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from evalsentry.config import DriftPolicy
+from evalsentry.errors import EvalsetError
+from evalsentry.storage import filesystem
+
+if TYPE_CHECKING:
+    from evalsentry.evalsets import Evalset
+
+log = logging.getLogger(__name__)
+
+PSI_BINS = 10
+KS_EXACT_BELOW = 50
+PSI_FLOOR = 1e-4  # keeps empty bins from making the index infinite
+SUMMARIES = ("mean", "std", "min", "max", "ink_fraction")
+
+
+@dataclass(frozen=True)
+class DriftResult:
+    """One feature's (or one model's predictions') drift."""
+
+    evalset: str
+    feature: str
+    kind: str  # input | prediction
+    psi: float
+    statistic: float
+    p_value: float
+    p_adjusted: float
+    n_reference: int
+    n_live: int
+    verdict: str
+    model: str | None = None
+
+    def row(self, run_id: str, week: str) -> dict[str, Any]:
+        """The history row of this result."""
+        return {**asdict(self), "run_id": run_id, "week": week}
+
+
+def psi(reference: np.ndarray, live: np.ndarray, bins: int = PSI_BINS) -> float:
+    """Population stability index over ``bins`` quantile bins of the reference."""
+    edges = np.unique(np.quantile(reference, np.linspace(0, 1, bins + 1)))
+    if len(edges) < 2:  # a constant reference: one bin either side of its value
+        edges = np.array([reference[0] - 0.5, reference[0] + 0.5])
+    edges[0], edges[-1] = -np.inf, np.inf
+    expected = np.histogram(reference, edges)[0] / len(reference)
+    actual = np.histogram(live, edges)[0] / len(live)
+    expected, actual = np.maximum(expected, PSI_FLOOR), np.maximum(actual, PSI_FLOOR)
+    return float(np.sum((actual - expected) * np.log(actual / expected)))
+
+
+def class_psi(reference: np.ndarray, live: np.ndarray, classes: int) -> float:
+    """PSI between two distributions of class indices."""
+    expected = np.maximum(np.bincount(reference, minlength=classes) / len(reference), PSI_FLOOR)
+    actual = np.maximum(np.bincount(live, minlength=classes) / len(live), PSI_FLOOR)
+    return float(np.sum((actual - expected) * np.log(actual / expected)))
+
+
+def feature_table(inputs: np.ndarray, names: list[str] | None) -> dict[str, np.ndarray]:
+    """Named scalar features: the columns themselves, or per-row summaries of a tensor."""
+    flat = inputs.reshape(len(inputs), -1).astype(np.float64)
+    if names is not None:
+        return {name: flat[:, i] for i, name in enumerate(names)}
+    top = flat.max() if flat.size else 1.0
+    return {
+        "mean": flat.mean(axis=1),
+        "std": flat.std(axis=1),
+        "min": flat.min(axis=1),
+        "max": flat.max(axis=1),
+        "ink_fraction": (flat > 0.5 * top).mean(axis=1) if top > 0 else np.zeros(len(flat)),
+    }
+
+
+def read_live(source: str, evalset: Evalset) -> np.ndarray:
+    """The live inputs from a Parquet path, glob or fsspec URL, shaped like the evalset's inputs.
+
+    Raises:
+        EvalsetError: nothing matches, or the data lacks the evalset's input columns.
+    """
+    import pyarrow.parquet as pq
+
+    fs, path = filesystem(source)
+    files = sorted(fs.glob(path)) if glob.has_magic(path) else [path]
+    if not files or not all(fs.exists(f) for f in files):
+        raise EvalsetError(f"drift.live.{evalset.spec.name}: no live data at {source}")
+    tables = []
+    for file in files:
+        with fs.open(file, "rb") as handle:
+            tables.append(pq.read_table(handle))
+    table = pa.concat_tables(tables, promote_options="default")
+    spec = evalset.spec.inputs
+    try:
+        if spec.column is not None:
+            values = (
+                table.column(spec.column).combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            )
+            return np.asarray(values, dtype=np.float32).reshape(len(table), *spec.example_shape)
+        return np.stack([table.column(c).to_numpy() for c in spec.columns or []], axis=1).astype(
+            np.float32
+        )
+    except (KeyError, ValueError) as exc:
+        raise EvalsetError(
+            f"drift.live.{evalset.spec.name}: {source} does not match the evalset's inputs ({exc})"
+        ) from None
+
+
+def input_drift(evalset: Evalset, live: np.ndarray, policy: DriftPolicy) -> list[DriftResult]:
+    """PSI and KS per input feature, Benjamini-Hochberg corrected."""
+    from scipy.stats import false_discovery_control, ks_2samp
+
+    names = evalset.spec.inputs.columns
+    reference = feature_table(evalset.inputs.numpy(), names)
+    current = feature_table(live, names)
+    # The asymptotic distribution is accurate at these sample sizes; scipy's exact method fails
+    # (and warns) on large samples with ties.
+    method = "asymp" if min(len(live), len(evalset.inputs)) >= KS_EXACT_BELOW else "auto"
+    tests = [(name, ks_2samp(reference[name], current[name], method=method)) for name in reference]
+    adjusted = false_discovery_control([float(t.pvalue) for _, t in tests], method="bh")
+    results = []
+    for (name, test), p_adj in zip(tests, adjusted, strict=True):
+        index = psi(reference[name], current[name])
+        results.append(
+            DriftResult(
+                evalset=evalset.spec.name,
+                feature=name,
+                kind="input",
+                psi=index,
+                statistic=float(test.statistic),
+                p_value=float(test.pvalue),
+                p_adjusted=float(p_adj),
+                n_reference=len(reference[name]),
+                n_live=len(current[name]),
+                verdict=policy.verdict(index, float(p_adj)),
+            )
+        )
+    return results
+
+
+def prediction_drift(
+    model: str,
+    evalset: Evalset,
+    reference_predictions: np.ndarray,
+    live_predictions: np.ndarray,
+    policy: DriftPolicy,
+) -> DriftResult:
+    """Predicted-class distribution on live data against the frozen set (PSI, chi-square)."""
+    from scipy.stats import chi2_contingency
+
+    classes = evalset.spec.num_classes or int(
+        max(reference_predictions.max(), live_predictions.max()) + 1
+    )
+    table = np.stack(
+        [
+            np.bincount(reference_predictions, minlength=classes),
+            np.bincount(live_predictions, minlength=classes),
+        ]
+    )
+    table = table[:, table.sum(axis=0) > 0]
+    test = chi2_contingency(table)
+    index = class_psi(reference_predictions, live_predictions, classes)
+    return DriftResult(
+        evalset=evalset.spec.name,
+        feature="predicted_class",
+        kind="prediction",
+        psi=index,
+        statistic=float(test.statistic),
+        p_value=float(test.pvalue),
+        p_adjusted=float(test.pvalue),
+        n_reference=len(reference_predictions),
+        n_live=len(live_predictions),
+        verdict=policy.verdict(index, float(test.pvalue)),
+        model=model,
+    )
+
+
+def summarise(results: list[DriftResult]) -> Mapping[str, int]:
+    """Counts of results per verdict."""
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[result.verdict] = counts.get(result.verdict, 0) + 1
+    return counts

@@ -1,0 +1,329 @@
+"""One self-contained HTML report of a week: no network, charts drawn offline as inline SVG.
+
+Per model and evalset: a trend chart of each gated metric over the weeks with its confidence
+band, the baseline, checkpoint changes and verdicts; per-slice deltas; flips with example ids;
+live-data drift; lineage; data validation; and the bill with its trend.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from evalsentry.config import Config
+from evalsentry.gate import GateReport, Verdict, gate_week
+from evalsentry.history import History
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+VERDICT_COLOUR = {
+    "PASS": "#2e7d32",
+    "BASELINE": "#1565c0",
+    "WARN": "#ef6c00",
+    "FAIL": "#c62828",
+    "ERROR": "#6a1b9a",
+}
+FLIP_IDS_SHOWN = 8
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1200px; }
+h1 .verdict, td.verdict { font-weight: bold; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
+th { background: #f3f3f3; }
+.charts { display: flex; flex-wrap: wrap; gap: 1em; }
+.chart svg { width: 420px; height: auto; }
+"""
+
+
+def _esc(value: object) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _table(headers: list[str], rows: list[list[object]]) -> str:
+    head = "".join(f"<th>{_esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _svg(figure: Any) -> str:
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]
+
+
+def trend_chart(
+    line: pd.DataFrame,
+    metrics: pd.DataFrame,
+    metric: str,
+    verdicts: dict[str, str],
+    baseline_week: str | None,
+) -> str:
+    """A metric's weekly values with CI band, baseline, checkpoint changes and verdict markers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = (
+        metrics[(metrics["metric"] == metric) & (metrics["slice"] == "")]
+        .merge(line[["evaluation_id", "week", "version"]], on="evaluation_id", suffixes=("_m", ""))
+        .sort_values("week")
+    )
+    figure, axes = plt.subplots(figsize=(6, 3.2))
+    x = np.arange(len(rows))
+    axes.plot(x, rows["value"], color="#37474f", marker="o", markersize=3, label=metric)
+    axes.fill_between(
+        x, rows["ci_low"], rows["ci_high"], color="#90a4ae", alpha=0.35, label="95% CI"
+    )
+    if baseline_week is not None and (rows["week"] == baseline_week).any():
+        base = float(rows.loc[rows["week"] == baseline_week, "value"].iloc[0])
+        axes.axhline(
+            base, color="#1565c0", linestyle=":", linewidth=1, label=f"baseline {baseline_week}"
+        )
+    versions = rows["version"].tolist()
+    for i in range(1, len(versions)):
+        if versions[i] != versions[i - 1]:
+            axes.axvline(i - 0.5, color="#9e9e9e", linestyle="--", linewidth=0.8)
+            axes.annotate(f"v{versions[i]}", (i - 0.45, axes.get_ylim()[1]), fontsize=7, va="top")
+    for i, week in enumerate(rows["week"]):
+        verdict = verdicts.get(week)
+        if verdict:
+            axes.scatter(
+                [i],
+                [rows["value"].iloc[i]],
+                color=VERDICT_COLOUR[verdict],
+                s=40,
+                zorder=3,
+                marker="X" if verdict in ("FAIL", "ERROR") else "o",
+            )
+    axes.set_xticks(
+        x, rows["week"].str.replace(r"^\d{4}-", "", regex=True), fontsize=7, rotation=45
+    )
+    axes.set_title(metric, fontsize=10)
+    axes.legend(fontsize=7, loc="best")
+    axes.grid(alpha=0.3)
+    return _svg(figure)
+
+
+def cost_chart(evaluations: pd.DataFrame) -> str:
+    """Money and energy per week."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    weekly = evaluations.groupby("week")[["cost", "energy_kwh"]].sum().sort_index()
+    figure, axes = plt.subplots(figsize=(6, 2.8))
+    x = np.arange(len(weekly))
+    axes.bar(x, weekly["cost"], color="#5c6bc0", label="money")
+    axes.set_xticks(
+        x, weekly.index.str.replace(r"^\d{4}-", "", regex=True), fontsize=7, rotation=45
+    )
+    axes.set_ylabel("money", fontsize=8)
+    twin = axes.twinx()
+    twin.plot(x, weekly["energy_kwh"], color="#ef6c00", marker="o", markersize=3, label="kWh")
+    twin.set_ylabel("kWh", fontsize=8)
+    axes.set_title("cost per week", fontsize=10)
+    return _svg(figure)
+
+
+def _flips(history: History, current: pd.Series, previous: pd.Series | None) -> list[object]:
+    if previous is None:
+        return []
+    cur, ref = (
+        history.predictions(current["evaluation_id"]),
+        history.predictions(previous["evaluation_id"]),
+    )
+    if cur is None or ref is None or len(cur["example_id"]) != len(ref["example_id"]):
+        return []
+    order = np.argsort(ref["example_id"])
+    aligned = order[
+        np.searchsorted(ref["example_id"], cur["example_id"], sorter=order).clip(0, len(order) - 1)
+    ]
+    ref_ok = ref["prediction"][aligned] == ref["target"][aligned]
+    cur_ok = cur["prediction"] == cur["target"]
+    wrong = cur["example_id"][ref_ok & ~cur_ok]
+    right = cur["example_id"][~ref_ok & cur_ok]
+    return [
+        len(wrong),
+        ", ".join(map(str, wrong[:FLIP_IDS_SHOWN])),
+        len(right),
+        ", ".join(map(str, right[:FLIP_IDS_SHOWN])),
+    ]
+
+
+def _line_section(history: History, report: GateReport, line: pd.DataFrame, week: str) -> str:
+    current = line[line["week"] == week].iloc[-1]
+    earlier = line[line["week"] < week]
+    metrics = history.metrics(line["evaluation_id"])
+    stored = history.comparisons(line["evaluation_id"])
+    baseline_week = history.baseline_week(str(current["model"])) or str(line["week"].min())
+    parts = [
+        f"<h2>{_esc(current['model'])} on {_esc(current['evalset'])}</h2>",
+        '<div class="charts">',
+    ]
+    for metric in sorted(set(metrics["metric"])):
+        verdicts = {}
+        if not stored.empty:
+            rows = stored[
+                (stored["metric"] == metric)
+                & (stored["slice"] == "")
+                & (stored["reference"] == "previous-week")
+            ]
+            verdicts = dict(zip(rows["week"], rows["verdict"], strict=True))
+        for c in report.comparisons:
+            if (
+                c.evaluation_id == current["evaluation_id"]
+                and c.metric == metric
+                and not c.slice
+                and c.reference == "previous-week"
+            ):
+                verdicts[week] = str(c.verdict)
+        parts.append(
+            f'<div class="chart">{trend_chart(line, metrics, metric, verdicts, baseline_week)}</div>'
+        )
+    parts.append("</div>")
+    sliced = [
+        c for c in report.comparisons if c.evaluation_id == current["evaluation_id"] and c.slice
+    ]
+    if sliced:
+        parts.append("<h3>Slices</h3>")
+        parts.append(
+            _table(
+                ["metric", "slice", "reference", "was", "now", "delta", "p (Holm)", "verdict"],
+                [
+                    [
+                        c.metric,
+                        c.slice,
+                        c.reference,
+                        _num(c.reference_value),
+                        _num(c.value),
+                        _num(c.delta, "+.4f"),
+                        _num(c.p_adjusted, ".2g"),
+                        c.verdict,
+                    ]
+                    for c in sliced
+                ],
+            )
+        )
+    flips = _flips(history, current, earlier.iloc[-1] if not earlier.empty else None)
+    if flips:
+        parts.append("<h3>Flips against the previous week</h3>")
+        parts.append(_table(["newly wrong", "examples", "newly right", "examples"], [flips]))
+    return "".join(parts)
+
+
+def _num(value: float | None, spec: str = ".4f") -> str:
+    return (
+        ""
+        if value is None or (isinstance(value, float) and np.isnan(value))
+        else format(value, spec)
+    )
+
+
+def render_report(history: History, week: str, config: Config) -> str:
+    """The HTML report of ``week``, from the history alone."""
+    report = gate_week(history, week, config.gate, evalsets_dir=config.evalsets_dir)
+    evaluations = history.evaluations(kind="scheduled")
+    this_week = evaluations[evaluations["week"] == week]
+    production = evaluations[
+        (evaluations["status"] == "ok") & (evaluations["stage"] == "production")
+    ]
+    sections = []
+    for _, line in production.groupby(["model", "evalset"]):
+        if (line["week"] == week).any():
+            sections.append(_line_section(history, report, line.sort_values("week"), week))
+    verdict = str(report.verdict)
+    gating = [
+        c
+        for c in report.comparisons
+        if c.gating and c.verdict in (Verdict.FAIL, Verdict.ERROR, Verdict.WARN)
+    ]
+    drift = history.drift([week])
+    validation_rows = []
+    for name, group in this_week.groupby("evalset"):
+        summary = (
+            json.loads(group["validation_json"].dropna().iloc[0])
+            if group["validation_json"].notna().any()
+            else {}
+        )
+        validation_rows.append(
+            [
+                name,
+                "passed" if summary.get("success") else "not recorded or failed",
+                summary.get("evaluated", ""),
+                summary.get("failed", ""),
+            ]
+        )
+    bill = this_week[["wall_s", "energy_kwh", "co2_kg", "cost"]].sum()
+    currency = this_week["currency"].dropna().iloc[0] if this_week["currency"].notna().any() else ""
+    body = [
+        f'<h1>evalsentry {_esc(week)}: <span class="verdict" style="color:{VERDICT_COLOUR[verdict]}">{verdict}</span></h1>',
+        f"<p>{len(report.failures)} regression(s), {len(report.errors)} error(s), {len(report.warnings)} warning(s).</p>",
+    ]
+    if gating:
+        body.append(_table(["verdict", "what"], [[c.verdict, c.describe()] for c in gating]))
+    body += sections
+    body.append("<h2>Live-data drift</h2>")
+    body.append(
+        _table(
+            ["evalset", "feature", "model", "PSI", "statistic", "p (BH)", "verdict"],
+            [
+                [
+                    r.evalset,
+                    r.feature,
+                    r.model or "",
+                    _num(r.psi, ".3f"),
+                    _num(r.statistic, ".3f"),
+                    _num(r.p_adjusted, ".2g"),
+                    r.verdict,
+                ]
+                for r in drift.itertuples()
+            ],
+        )
+        if not drift.empty
+        else "<p>No live sample configured for this week.</p>"
+    )
+    body.append("<h2>Lineage</h2>")
+    body.append(
+        _table(
+            ["checkpoint", "stage", "status", "git", "data", "seed", "trained", "config"],
+            [
+                [
+                    f"{r.model}@v{r.version}",
+                    r.stage,
+                    r.status if r.status == "ok" else f"error: {r.error}",
+                    str(r.git_sha or "")[:10],
+                    str(r.data_sha or "")[:12],
+                    r.seed,
+                    str(r.trained_at or "")[:19],
+                    r.config_json,
+                ]
+                for r in this_week.itertuples()
+            ],
+        )
+    )
+    body.append("<h2>Data validation</h2>")
+    body.append(_table(["evalset", "result", "expectations", "failed"], validation_rows))
+    body.append("<h2>Cost</h2>")
+    body.append(
+        f"<p>This week: {bill['wall_s'] / 3600:.4f} device-hours, {bill['energy_kwh']:.3e} kWh, "
+        f"{bill['co2_kg']:.3e} kg CO2, {bill['cost']:.4f} {_esc(currency)}.</p>"
+    )
+    if not evaluations.empty:
+        body.append(f'<div class="chart">{cost_chart(evaluations)}</div>')
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>evalsentry {_esc(week)}</title><style>{STYLE}</style></head><body>"
+        + "".join(body)
+        + "</body></html>\n"
+    )

@@ -1,0 +1,21 @@
+"""Live-data drift task: compare this week's production inputs and predictions with the frozen set."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from evalsentry.config import Config
+from evalsentry.drift import DriftResult
+from evalsentry.evalsets import Evalset
+from evalsentry.pipeline import Outcome, live_drift
+
+
+@task(name="check-drift", tags=["gpu"], cache_policy=NO_CACHE)
+def check_drift(
+    evalset: Evalset, outcomes: Sequence[Outcome], config: Config, device: str
+) -> list[DriftResult]:
+    """Input and prediction drift of the evalset's configured live sample (none configured: [])."""
+    return live_drift(evalset, outcomes, config=config, device=device)

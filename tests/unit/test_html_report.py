@@ -1,0 +1,121 @@
+"""The HTML report: self-contained, charts drawn, and looked at for real in headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evalsentry.config import Config
+from evalsentry.cost import ledger
+from evalsentry.history import History
+from evalsentry.html_report import render_report
+from tests.synthetic import accuracy_mask, record_week
+
+N = 500
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+BROWSER_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+@pytest.fixture
+def weeks(tmp_path: Path) -> tuple[History, Config]:
+    """Four weeks of one model: steady, a new version, then a regression."""
+    history = History(str(tmp_path / "store"))
+    before = accuracy_mask(N, 0.9)
+    after = before.copy()
+    after[np.flatnonzero(before)[:40]] = False
+    costs = {"wall_s": 3600.0, "energy_kwh": 0.5, "co2_kg": 0.2, "cost": 3.0, "currency": "USD"}
+    for week, correct, version in (
+        ("2026-W40", before, 1),
+        ("2026-W41", before, 1),
+        ("2026-W42", before, 2),
+        ("2026-W43", after, 3),
+    ):
+        record_week(
+            history,
+            week,
+            correct,
+            version=version,
+            checkpoint=str(version) * 64,
+            git_sha="abc123",
+            seed=version,
+            **costs,
+        )
+    return history, Config(root=str(tmp_path), store=str(tmp_path / "store"))
+
+
+def test_report_is_self_contained_with_trend_charts(weeks: tuple[History, Config]) -> None:
+    """One HTML file with an inline SVG per metric plus the cost chart, no external resources."""
+    history, config = weeks
+    html = render_report(history, "2026-W43", config)
+    assert html.count("<svg") == 3  # accuracy, nll, cost
+    assert not re.search(r"""(src|href)=["']https?://""", html)
+    assert "FAIL" in html and "baseline 2026-W40" in html
+    assert "m@v3 on toy: accuracy vs previous-week" in html
+    assert "Flips against the previous week" in html and "ex-" in html
+    assert "4.0000 device-hours" not in html and "1.0000 device-hours" in html
+
+
+def test_cost_ledger_sums(weeks: tuple[History, Config]) -> None:
+    """The ledger sums device-hours, energy, carbon and money per group, with a total row."""
+    history, _ = weeks
+    bill = ledger(history.evaluations(), "week").set_index("week")
+    assert bill.loc["2026-W40", "device_hours"] == pytest.approx(1.0)
+    assert bill.loc["total", "cost"] == pytest.approx(12.0)
+    assert bill.loc["total", "kwh"] == pytest.approx(2.0)
+    assert bill.loc["total", "evaluations"] == 4
+    assert ledger(history.evaluations(), "model").set_index("model").loc[
+        "m", "co2_kg"
+    ] == pytest.approx(0.8)
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not installed; `make test` installs Debian's chromium where it can",
+)
+def test_report_renders_in_a_real_browser(weeks: tuple[History, Config], tmp_path: Path) -> None:
+    """Headless Chromium draws the report: the screenshot is not blank and the charts are in the DOM."""
+    from matplotlib.image import imread
+
+    history, config = weeks
+    page = tmp_path / "report.html"
+    page.write_text(render_report(history, "2026-W43", config))
+    shot = tmp_path / "shot.png"
+    profile = tmp_path / "profile"
+    subprocess.run(
+        [
+            CHROMIUM,
+            *BROWSER_FLAGS,
+            f"--user-data-dir={profile}",
+            f"--screenshot={shot}",
+            "--window-size=1280,2000",
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    pixels = imread(shot)[..., :3]
+    non_white = (pixels < 0.95).any(axis=2).mean()
+    assert pixels.std() > 0.05 and non_white > 0.02, "the screenshot is (nearly) blank"
+    dom = subprocess.run(
+        [CHROMIUM, *BROWSER_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert dom.count("<svg") == 3 and dom.count("<path") > 20
