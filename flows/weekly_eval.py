@@ -8,14 +8,14 @@ from typing import Any
 from prefect import flow, get_run_logger, runtime
 from prefect.states import Failed
 
-from evalsentry.config import load_config
+from evalsentry.config import Config, load_config
 from evalsentry.cost import CostMeter
-from evalsentry.errors import EvalsentryError
-from evalsentry.evalsets import list_evalsets
+from evalsentry.errors import EvalsentryError, UsageError
+from evalsentry.evalsets import Evalset, list_evalsets
 from evalsentry.gate import Comparison, GateReport, Verdict
 from evalsentry.history import iso_week, now_utc
 from evalsentry.names import check_week
-from evalsentry.pipeline import Outcome, new_run_id
+from evalsentry.pipeline import Outcome, Target, new_run_id
 from tasks import events
 from tasks.drift import check_drift
 from tasks.evalsets import load_evalset, validate_evalset
@@ -55,6 +55,62 @@ def _invalid(evalset: str, week: str, error: str) -> Comparison:
     )
 
 
+Job = tuple[Target, Evalset, dict[str, Any]]
+
+
+def _evaluate_jobs(
+    jobs: Sequence[Job],
+    settings: Config,
+    run_id: str,
+    week: str,
+    device: str,
+    meter: CostMeter | None,
+) -> list[Outcome]:
+    """Submit one evaluate task per (checkpoint, evalset) to the current task runner."""
+    try:
+        futures = [
+            evaluate.submit(
+                target,
+                evalset,
+                config=settings,
+                run_id=run_id,
+                week=week,
+                kind="scheduled",
+                device=device,
+                meter=meter,
+                validation=validation,
+            )
+            for target, evalset, validation in jobs
+        ]
+        return [f.result() for f in futures]
+    finally:
+        if meter is not None:
+            meter.close()
+
+
+@flow(name="evaluate-on-dask", flow_run_name="evaluate-on-dask-{week}", validate_parameters=False)
+def evaluate_on_dask(
+    jobs: list[Job], settings: Config, run_id: str, week: str, device: str
+) -> list[Outcome]:
+    """The evaluations of a week on a Dask cluster; each worker measures its own energy."""
+    return _evaluate_jobs(jobs, settings, run_id, week, device, meter=None)
+
+
+def _dask_runner(address: str | None) -> Any:
+    """A Dask task runner on ``address``, or on a local cluster of two worker processes."""
+    try:
+        from prefect_dask import DaskTaskRunner
+    except ImportError:
+        raise UsageError(
+            "task_runner='dask' needs prefect-dask: pip install 'evalsentry[dask]'"
+        ) from None
+    if address:
+        return DaskTaskRunner(address=address)
+    return DaskTaskRunner(
+        cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": True}
+    )
+
+
 @flow(name="weekly-eval", flow_run_name=_run_name, log_prints=True)
 def weekly_eval(
     week: str | None = None,
@@ -63,10 +119,14 @@ def weekly_eval(
     stages: Sequence[str] = ("production", "candidate"),
     device: str = "auto",
     config: str = "evalsentry.yaml",
+    task_runner: str = "thread",
+    dask_address: str | None = None,
 ) -> Any:
     """Evaluate the registered checkpoints on the frozen evalsets and gate the week.
 
     Ends Failed, naming each regression or error, when the gate finds any; Completed otherwise.
+    ``task_runner="dask"`` runs the evaluations on the Dask scheduler at ``dask_address`` (or a
+    local cluster of two worker processes).
     """
     logger = get_run_logger()
     settings = load_config(config)
@@ -87,31 +147,24 @@ def weekly_eval(
             invalid.append(_invalid(name, week, str(exc)))
             events.evalset_invalid(name, str(exc), week)
 
-    meter = CostMeter()
     loaded = {
         name: load_evalset(name, settings.evalsets_dir)
         for name in names
         if validations[name].get("success")
     }
-    try:
-        futures = [
-            evaluate.submit(
-                target,
-                evalset,
-                config=settings,
-                run_id=run_id,
-                week=week,
-                kind="scheduled",
-                device=device,
-                meter=meter,
-                validation=validations[name],
-            )
-            for name, evalset in loaded.items()
-            for target in targets
-        ]
-        outcomes: list[Outcome] = [f.result() for f in futures]
-    finally:
-        meter.close()
+    jobs = [
+        (target, evalset, validations[name])
+        for name, evalset in loaded.items()
+        for target in targets
+    ]
+    if task_runner == "dask":
+        outcomes = evaluate_on_dask.with_options(task_runner=_dask_runner(dask_address))(
+            jobs, settings, run_id, week, device
+        )
+    elif task_runner == "thread":
+        outcomes = _evaluate_jobs(jobs, settings, run_id, week, device, CostMeter())
+    else:
+        raise UsageError(f"task_runner {task_runner!r}: use thread or dask")
     drifts = [
         d for evalset in loaded.values() for d in check_drift(evalset, outcomes, settings, device)
     ]

@@ -27,10 +27,14 @@ def evaluate(
     week: str,
     kind: str,
     device: str,
-    meter: CostMeter,
+    meter: CostMeter | None = None,
     validation: dict[str, object] | None = None,
 ) -> Outcome:
-    """Evaluate one checkpoint on one evalset; a broken checkpoint returns an error outcome."""
+    """Evaluate one checkpoint on one evalset; a broken checkpoint returns an error outcome.
+
+    ``meter`` is the run's energy tracker when tasks share a process (threads); on a Dask
+    worker, which gets its own copy of the arguments, the task measures with a tracker of its own.
+    """
     artifact_id = create_progress_artifact(
         0.0, description=f"Inference of {target.model}@v{target.version} on {evalset.spec.name}"
     )
@@ -39,15 +43,21 @@ def evaluate(
         if artifact_id is not None:
             update_progress_artifact(artifact_id, 100.0 * done / total)
 
-    return evaluate_checkpoint(
-        target,
-        evalset,
-        config=config,
-        run_id=run_id,
-        week=week,
-        kind=kind,
-        device=device,
-        meter=meter,
-        validation=validation,
-        progress=progress,
-    )
+    own = meter is None
+    meter = meter or CostMeter()
+    try:
+        return evaluate_checkpoint(
+            target,
+            evalset,
+            config=config,
+            run_id=run_id,
+            week=week,
+            kind=kind,
+            device=device,
+            meter=meter,
+            validation=validation,
+            progress=progress,
+        )
+    finally:
+        if own:
+            meter.close()

@@ -2,7 +2,9 @@
 
 Local files are written to a temporary name in the same folder and then renamed (or hard-linked,
 when the name must not exist yet), which POSIX makes atomic. Object stores (``s3://`` and the
-like) publish an object only when its upload completes, so a plain write is already atomic there.
+like) publish an object only when its upload completes, so a plain write is already atomic
+there, with no rename; a name that must not exist yet is claimed with a conditional write
+(``If-None-Match: *`` on S3), so two writers never both get it.
 """
 
 from __future__ import annotations
@@ -21,8 +23,15 @@ HASH_CHUNK = 4 * 1024 * 1024  # large reads keep hashing near hashlib's own thro
 
 
 def filesystem(url: str) -> tuple[Any, str]:
-    """The fsspec filesystem for ``url`` and the path within it."""
-    fs, path = fsspec.core.url_to_fs(url)
+    """The fsspec filesystem for ``url`` and the path within it.
+
+    Listings are not cached across calls (other processes write to the same store).
+    """
+    fs, path = (
+        fsspec.core.url_to_fs(url, use_listings_cache=False)
+        if "://" in url
+        else fsspec.core.url_to_fs(url)
+    )
     return fs, path
 
 
@@ -48,9 +57,18 @@ def write_atomic(fs: Any, path: str, data: bytes, *, exclusive: bool = False) ->
 
     """
     if not is_local(fs):
-        if exclusive and fs.exists(path):
+        if not exclusive:
+            fs.pipe_file(path, data)
+            return True
+        try:
+            # Object stores with conditional writes (S3's If-None-Match) create exclusively.
+            fs.pipe_file(path, data, mode="create")
+        except FileExistsError:
             return False
-        fs.pipe_file(path, data)
+        except TypeError:  # a backend without exclusive create: check, then write
+            if fs.exists(path):
+                return False
+            fs.pipe_file(path, data)
         return True
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
