@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -111,6 +112,90 @@ def _dask_runner(address: str | None) -> Any:
     )
 
 
+FAN_OUT_DEPLOYMENT = "evaluate-one/evaluate-one"
+FAN_OUT_POLL_S = 2.0
+
+
+def _fan_out(
+    jobs: Sequence[Job], settings: Config, run_id: str, week: str, device: str, config: str
+) -> list[Outcome]:
+    """Run each job as a child flow run of the `evaluate-one` deployment; gather from the history."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+
+    from evalsentry.history import History
+    from evalsentry.pipeline import outcomes_of_run
+
+    children = [
+        run_deployment(
+            FAN_OUT_DEPLOYMENT,
+            parameters={
+                "model": target.model,
+                "version": target.version,
+                "evalset": evalset.spec.name,
+                "week": week,
+                "run_id": run_id,
+                "device": device,
+                "config": config,
+            },
+            timeout=0,
+        )
+        for target, evalset, _ in jobs
+    ]
+    with get_client(sync_client=True) as client:
+        for child in children:
+            while not (state := client.read_flow_run(child.id).state) or not state.is_final():
+                time.sleep(FAN_OUT_POLL_S)
+            if not state.is_completed():
+                raise UsageError(f"child flow run {child.name} ended {state.name}: {state.message}")
+    return outcomes_of_run(History(settings.store_url), run_id)
+
+
+def _validate_all(
+    names: Sequence[str], evalsets_dir: str, week: str
+) -> tuple[dict[str, dict[str, Any]], list[Comparison]]:
+    """Verify and validate each evalset once; an invalid one becomes an ERROR and an event."""
+    validations: dict[str, dict[str, Any]] = {}
+    invalid: list[Comparison] = []
+    for name in names:
+        try:
+            validations[name] = validate_evalset(name, evalsets_dir)
+        except EvalsentryError as exc:
+            get_run_logger().error("evalset %s is invalid: %s", name, exc)
+            validations[name] = {"success": False, "error": str(exc)}
+            invalid.append(_invalid(name, week, str(exc)))
+            events.evalset_invalid(name, str(exc), week)
+    return validations, invalid
+
+
+def _evaluate_and_record(
+    jobs: Sequence[Job],
+    settings: Config,
+    run_id: str,
+    week: str,
+    device: str,
+    config: str,
+    task_runner: str,
+    dask_address: str | None,
+    fan_out: bool,
+) -> list[Outcome]:
+    """Run the jobs where asked (threads, Dask, or child flow runs) and append them to the history."""
+    if fan_out:  # the child runs append their own results
+        return _fan_out(jobs, settings, run_id, week, device, config)
+    if task_runner == "dask":
+        runner = _dask_runner(dask_address)
+        outcomes = evaluate_on_dask.with_options(task_runner=runner)(
+            jobs, settings, run_id, week, device
+        )
+    elif task_runner == "thread":
+        outcomes = _evaluate_jobs(jobs, settings, run_id, week, device, CostMeter())
+    else:
+        raise UsageError(f"task_runner {task_runner!r}: use thread or dask")
+    if outcomes:
+        write_history(settings.store_url, outcomes)
+    return outcomes
+
+
 @flow(name="weekly-eval", flow_run_name=_run_name, log_prints=True)
 def weekly_eval(
     week: str | None = None,
@@ -121,12 +206,15 @@ def weekly_eval(
     config: str = "evalsentry.yaml",
     task_runner: str = "thread",
     dask_address: str | None = None,
+    fan_out: bool = False,
 ) -> Any:
     """Evaluate the registered checkpoints on the frozen evalsets and gate the week.
 
     Ends Failed, naming each regression or error, when the gate finds any; Completed otherwise.
     ``task_runner="dask"`` runs the evaluations on the Dask scheduler at ``dask_address`` (or a
-    local cluster of two worker processes).
+    local cluster of two worker processes). ``fan_out=True`` starts one ``evaluate-one`` child
+    flow run per (checkpoint, evalset) on the ``gpu`` work pool, so the workers polling it share
+    the week; this run waits for them, then gates and reports.
     """
     logger = get_run_logger()
     settings = load_config(config)
@@ -136,17 +224,7 @@ def weekly_eval(
     names = evalsets or list_evalsets(settings.evalsets_dir)
     logger.info("%s: %d checkpoint(s) x %d evalset(s)", week, len(targets), len(names))
 
-    validations: dict[str, dict[str, Any]] = {}
-    invalid: list[Comparison] = []
-    for name in names:
-        try:
-            validations[name] = validate_evalset(name, settings.evalsets_dir)
-        except EvalsentryError as exc:
-            logger.error("evalset %s is invalid: %s", name, exc)
-            validations[name] = {"success": False, "error": str(exc)}
-            invalid.append(_invalid(name, week, str(exc)))
-            events.evalset_invalid(name, str(exc), week)
-
+    validations, invalid = _validate_all(names, settings.evalsets_dir, week)
     loaded = {
         name: load_evalset(name, settings.evalsets_dir)
         for name in names
@@ -157,14 +235,9 @@ def weekly_eval(
         for name, evalset in loaded.items()
         for target in targets
     ]
-    if task_runner == "dask":
-        outcomes = evaluate_on_dask.with_options(task_runner=_dask_runner(dask_address))(
-            jobs, settings, run_id, week, device
-        )
-    elif task_runner == "thread":
-        outcomes = _evaluate_jobs(jobs, settings, run_id, week, device, CostMeter())
-    else:
-        raise UsageError(f"task_runner {task_runner!r}: use thread or dask")
+    outcomes = _evaluate_and_record(
+        jobs, settings, run_id, week, device, config, task_runner, dask_address, fan_out
+    )
     drifts = [
         d for evalset in loaded.values() for d in check_drift(evalset, outcomes, settings, device)
     ]
@@ -172,8 +245,6 @@ def weekly_eval(
         if not outcome.ok:
             events.checkpoint_failed(outcome.evaluation)
 
-    if outcomes:
-        write_history(settings.store_url, outcomes)
     report = gate_week(settings.store_url, week, settings.gate, settings.evalsets_dir)
     report = GateReport(week, invalid + report.comparisons)
     created = now_utc()

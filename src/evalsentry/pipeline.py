@@ -246,3 +246,19 @@ def live_drift(
         )
         results.append(prediction_drift(row["model"], evalset, reference, live_pred, config.drift))
     return results
+
+
+def outcomes_of_run(history: History, run_id: str) -> list[Outcome]:
+    """The outcomes a run recorded, read back from the history (for runs fanned out to workers)."""
+    frame = history.evaluations(include_superseded=True)
+    rows = frame[frame["run_id"] == run_id]
+    metrics = history.metrics(rows["evaluation_id"]) if not rows.empty else None
+    outcomes = []
+    for row in rows.to_dict("records"):
+        own = (
+            []
+            if metrics is None
+            else metrics[metrics["evaluation_id"] == row["evaluation_id"]].to_dict("records")
+        )
+        outcomes.append(Outcome(row, own, history.predictions(row["evaluation_id"])))
+    return outcomes

@@ -33,7 +33,7 @@ def test_every_deployment_parses_and_its_entrypoint_imports() -> None:
 
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     deployments = {d["name"]: d for d in spec["deployments"]}
-    assert set(deployments) == {"weekly-eval", "evaluate-candidate"}
+    assert set(deployments) == {"weekly-eval", "evaluate-candidate", "evaluate-one"}
     for deployment in deployments.values():
         path, name = deployment["entrypoint"].split(":")
         module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
@@ -43,7 +43,10 @@ def test_every_deployment_parses_and_its_entrypoint_imports() -> None:
         assert set(deployment.get("parameters", {})) <= set(flow.parameters.properties)
     schedule = deployments["weekly-eval"]["schedules"][0]
     assert (schedule["cron"], schedule["timezone"]) == ("0 6 * * 1", "UTC")
-    assert "schedules" not in deployments["evaluate-candidate"]
+    assert (
+        "schedules" not in deployments["evaluate-candidate"]
+        and "schedules" not in deployments["evaluate-one"]
+    )
 
 
 def test_automation_example_is_valid_for_the_prefect_api() -> None:

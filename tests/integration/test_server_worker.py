@@ -42,9 +42,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[dict[str, str]]:
-    """`prefect server start` on a free loopback port; stopped (by pid) afterwards."""
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """`prefect server start` on a free loopback port, with prefect.yaml deployed; stopped by pid."""
+    tmp_path = tmp_path_factory.mktemp("prefect-server")
     port = _free_port()
     env = {
         **os.environ,
@@ -77,6 +78,8 @@ def server(tmp_path: Path) -> Iterator[dict[str, str]]:
                         f"prefect server did not start: {(tmp_path / 'server.log').read_text()[-2000:]}"
                     )
                 time.sleep(0.5)
+        _prefect(env, "work-pool", "create", "gpu", "--type", "process")
+        _prefect(env, "--no-prompt", "deploy", "--all")
         yield env
     finally:
         os.killpg(process.pid, signal.SIGTERM)
@@ -96,7 +99,7 @@ def _prefect(env: dict[str, str], *args: str, timeout: int = 180) -> str:
     return result.stdout
 
 
-def _run_week(env: dict[str, str], week: str, config: Path) -> dict[str, object]:
+def _trigger(env: dict[str, str], week: str, config: Path, *extra: str) -> str:
     out = _prefect(
         env,
         "deployment",
@@ -106,14 +109,16 @@ def _run_week(env: dict[str, str], week: str, config: Path) -> dict[str, object]
         f"week={week}",
         "--param",
         f"config={config}",
+        *extra,
     )
     match = re.search(r"UUID:\s*([0-9a-f-]{36})", out)
     assert match, out
-    _prefect(
-        env, "worker", "start", "--pool", "gpu", "--run-once", "--type", "process", timeout=300
-    )
+    return match.group(1)
+
+
+def _read_run(env: dict[str, str], flow_run_id: str) -> dict[str, object]:
     read = subprocess.run(
-        [sys.executable, "-c", READ_RUN, match.group(1)],
+        [sys.executable, "-c", READ_RUN, flow_run_id],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -124,6 +129,14 @@ def _run_week(env: dict[str, str], week: str, config: Path) -> dict[str, object]
     return json.loads(read.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def _run_week(env: dict[str, str], week: str, config: Path) -> dict[str, object]:
+    flow_run_id = _trigger(env, week, config)
+    _prefect(
+        env, "worker", "start", "--pool", "gpu", "--run-once", "--type", "process", timeout=300
+    )
+    return _read_run(env, flow_run_id)
+
+
 def test_deployed_weekly_eval_runs_on_a_process_worker(
     server: dict[str, str], tmp_path: Path, toy_evalset: Path, toy_checkpoints: dict[str, Path]
 ) -> None:
@@ -132,9 +145,6 @@ def test_deployed_weekly_eval_runs_on_a_process_worker(
     config.write_text(f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n")
     registry = Registry(str(tmp_path / "registry"))
     registry.register(toy_checkpoints["good"], "toy-model", stage="production")
-
-    _prefect(server, "work-pool", "create", "gpu", "--type", "process")
-    _prefect(server, "--no-prompt", "deploy", "--all")
 
     first = _run_week(server, "2026-W40", config)
     assert first["name"] == "weekly-eval-2026-W40" and first["state"] == "COMPLETED", first
@@ -147,3 +157,41 @@ def test_deployed_weekly_eval_runs_on_a_process_worker(
     second = _run_week(server, "2026-W41", config)
     assert second["state"] == "FAILED", second
     assert "toy-model@v2 on toy: accuracy vs previous-week" in str(second["message"])
+
+
+def test_fan_out_runs_one_child_flow_per_checkpoint_on_the_workers(
+    server: dict[str, str], tmp_path: Path, toy_evalset: Path, toy_checkpoints: dict[str, Path]
+) -> None:
+    """weekly-eval with fan_out: child evaluate-one runs on the pool's worker; the parent gathers and gates."""
+    from evalsentry.history import History
+
+    config = tmp_path / "evalsentry.yaml"
+    config.write_text(f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n")
+    registry = Registry(str(tmp_path / "registry"))
+    registry.register(toy_checkpoints["good"], "good", stage="production")
+    registry.register(toy_checkpoints["degraded"], "degraded", stage="production")
+    flow_run_id = _trigger(server, "2026-W40", config, "--param", "fan_out=true")
+    worker = subprocess.Popen(
+        [PREFECT, "worker", "start", "--pool", "gpu", "--type", "process"],
+        env={**server, "PREFECT_WORKER_QUERY_SECONDS": "2"},
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while (run := _read_run(server, flow_run_id))["state"] not in (
+            "COMPLETED",
+            "FAILED",
+            "CRASHED",
+        ):
+            assert time.monotonic() < deadline, run
+            time.sleep(2)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=60)
+    assert run["state"] == "COMPLETED", run
+    evaluations = History(str(tmp_path / "store")).evaluations()
+    assert sorted(evaluations["model"]) == ["degraded", "good"]
+    assert evaluations["run_id"].nunique() == 1  # the children recorded under the parent's run
