@@ -77,8 +77,8 @@ def _fill(history: History, metric_rows: int) -> None:
         history._publish("metrics", pa.table(metric_rows_table, schema=METRICS_SCHEMA), "bulk")
 
 
-def run(max_rows: int = 1_000_000) -> dict[str, float]:
-    """Append and gate times at 10k, 100k, ... up to ``max_rows`` metric rows; gate cold start."""
+def run(max_rows: int = 10_000_000) -> dict[str, float]:
+    """Append and gate times at 10k ... ``max_rows`` metric rows, before and after compaction."""
     results: dict[str, float] = {}
     sizes = [s for s in (10_000, 100_000, 1_000_000, 10_000_000) if s <= max_rows]
     policy = GatePolicy()
@@ -95,6 +95,13 @@ def run(max_rows: int = 1_000_000) -> dict[str, float]:
             report = gate_week(history, "2026-W41", policy, model="m")
             results[f"gate_at_{size}_rows_s"] = time.perf_counter() - start
             assert report.comparisons, "the gate compared nothing"
+            start = time.perf_counter()
+            history.compact("metrics")
+            history.compact("evaluations")
+            results[f"compact_{size}_rows_s"] = time.perf_counter() - start
+            start = time.perf_counter()
+            gate_week(history, "2026-W41", policy, model="m")
+            results[f"gate_at_{size}_rows_compacted_s"] = time.perf_counter() - start
             if size == sizes[-1]:
                 config = Path(tmp) / "evalsentry.yaml"
                 config.write_text(f"store: {Path(tmp) / 'store'}\n")
@@ -119,7 +126,7 @@ def run(max_rows: int = 1_000_000) -> dict[str, float]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--max-rows", type=int, default=1_000_000)
+    parser.add_argument("--max-rows", type=int, default=10_000_000)
     args = parser.parse_args()
     for key, value in run(args.max_rows).items():
         print(f"{key:40s} {value:10.3f}")

@@ -423,8 +423,26 @@ def evaluate_command(
     raise typer.Exit(_emit_gate(GateReport(week, comparisons), markdown, junit, slices))
 
 
-@app.command()
+history_app = typer.Typer(help="Show or maintain the metric history.", invoke_without_command=True)
+app.add_typer(history_app, name="history")
+
+
+@history_app.command("compact")
+def history_compact(config: ConfigOption = None) -> None:
+    """Merge each history table's small files into one (no row is dropped)."""
+    _, store = _history(config)
+    for table in ("evaluations", "metrics", "comparisons", "drift"):
+        files, rows = store.compact(table)
+        typer.echo(
+            f"{table}: {files} file(s) -> 1 ({rows} rows)"
+            if rows
+            else f"{table}: nothing to compact"
+        )
+
+
+@history_app.callback()
 def history(
+    ctx: typer.Context,
     model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
     evalset: Annotated[str | None, typer.Option(help="Only this evalset.")] = None,
     metric: Annotated[str | None, typer.Option(help="Only this metric.")] = None,
@@ -433,6 +451,8 @@ def history(
     config: ConfigOption = None,
 ) -> None:
     """Show recorded results, one row per week, model, evalset and metric."""
+    if ctx.invoked_subcommand is not None:
+        return
     _, store = _history(config)
     if output not in ("table", "csv", "json"):
         raise UsageError(f"--format: {output!r} is not table, csv or json")

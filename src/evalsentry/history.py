@@ -49,6 +49,7 @@ EVALUATIONS, METRICS, COMPARISONS, PREDICTIONS, BASELINES = (
     "predictions",
     "baselines",
 )
+COMPACT_ROW_GROUP = 100_000  # small enough for min/max statistics to skip most of a large file
 SUPERSEDE_KEY = ["week", "kind", "model", "version", "stage", "evalset", "checkpoint_sha256"]
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -274,6 +275,50 @@ class History:
         latest = frame.groupby("week")["run_id"].transform("last")
         return frame[frame["run_id"] == latest].reset_index(drop=True)
 
+    def compact(self, table_name: str) -> tuple[int, int]:
+        """Merge a table's files into one, sorted for pruning; return (files merged, rows).
+
+        The merged file is published before the small ones are removed, so a reader sees every
+        row throughout (duplicates in between are dropped when read). Rows are never dropped:
+        superseded runs stay for audit. Run it from one place at a time (a maintenance job).
+        """
+        import pyarrow.parquet as pq_
+
+        if table_name not in (EVALUATIONS, METRICS, COMPARISONS, DRIFT):
+            raise HistoryError(
+                f"cannot compact {table_name!r}: use {EVALUATIONS}, {METRICS}, {COMPARISONS} or {DRIFT}"
+            )
+        folder = join(self.path, table_name)
+        if not self.fs.exists(folder):
+            return 0, 0
+        files = [
+            f
+            for f in self.fs.ls(folder, detail=False)
+            if not f.rsplit("/", 1)[-1].startswith((".", "_"))
+        ]
+        if len(files) < 2:
+            return len(files), 0
+        import pyarrow.dataset as ds
+
+        table = ds.dataset(
+            files, format="parquet", filesystem=self.fs, schema=SCHEMAS[table_name]
+        ).to_table()
+        # Sorted by evaluation id, each row group covers a narrow id range, so the gate's
+        # `evaluation_id in (...)` filter skips nearly every row group by its statistics.
+        order = "evaluation_id" if "evaluation_id" in table.column_names else "week"
+        table = table.sort_by([(order, "ascending")])
+        buffer = io.BytesIO()
+        pq_.write_table(table, buffer, compression="zstd", row_group_size=COMPACT_ROW_GROUP)
+        target = join(folder, unique_name("compact", ".parquet"))
+        write_atomic(self.fs, target, buffer.getvalue(), exclusive=True)
+        for file in files:
+            try:
+                self.fs.rm_file(file)
+            except FileNotFoundError:  # another compaction removed it first
+                continue
+        log.info("compacted %s: %d files, %d rows", table_name, len(files), len(table))
+        return len(files), len(table)
+
     def set_baseline(self, model: str, week: str) -> None:
         """Pin ``week`` as the baseline of ``model``'s production line."""
         check_name("model", model)
@@ -336,6 +381,7 @@ class History:
                 f"{join(self.path, EVALUATIONS)}: schema_version: written by a newer evalsentry "
                 f"(schema {newest}, this one reads up to {SCHEMA_VERSION}); upgrade evalsentry"
             )
+        frame = frame.drop_duplicates("evaluation_id")  # see `metrics`
         if not include_superseded and not frame.empty:
             frame = frame.sort_values("finished_at").drop_duplicates(SUPERSEDE_KEY, keep="last")
         return frame.sort_values(["week", "finished_at"]).reset_index(drop=True)
@@ -345,7 +391,9 @@ class History:
         import pyarrow.compute as pc
 
         ids = list(evaluation_ids)
-        return self._read(METRICS, pc.field("evaluation_id").isin(ids)).to_pandas()
+        frame = self._read(METRICS, pc.field("evaluation_id").isin(ids)).to_pandas()
+        # A compaction caught half-way leaves rows in both the old and the new file.
+        return frame.drop_duplicates(["evaluation_id", "metric", "slice"]).reset_index(drop=True)
 
     def comparisons(self, evaluation_ids: Iterable[str] | None = None) -> pd.DataFrame:
         """The gate's stored verdicts (newest gate run per evaluation)."""

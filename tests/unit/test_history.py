@@ -192,3 +192,47 @@ class TestBaselines:
         (store / "evaluations" / "broken.parquet").write_bytes(b"PAR1 not really")
         with pytest.raises(HistoryError, match="move the damaged file aside"):
             history.evaluations()
+
+
+class TestCompaction:
+    def test_compaction_merges_files_and_keeps_every_row(self, store: Path) -> None:
+        """After compaction each table is one file; the read views and the gate are unchanged."""
+        from evalsentry.cli import main
+        from evalsentry.config import GatePolicy
+        from evalsentry.gate import gate_week
+
+        history = History(str(store))
+        for week in range(40, 45):
+            record_week(history, f"2026-W{week}", accuracy_mask(N, 0.9, seed=week))
+        record_week(history, "2026-W44", accuracy_mask(N, 0.8))  # a re-run, superseding
+        before = (history.evaluations(include_superseded=True), history.evaluations())
+        metrics_before = history.metrics(before[0]["evaluation_id"])
+        verdicts_before = [
+            c.verdict for c in gate_week(history, "2026-W44", GatePolicy()).comparisons
+        ]
+        (store.parent / "evalsentry.yaml").write_text(f"store: {store}\n")
+        assert main(["history", "compact", "--config", str(store.parent / "evalsentry.yaml")]) == 0
+        for table in ("evaluations", "metrics"):
+            assert len(list((store / table).glob("*.parquet"))) == 1
+        assert len(history.evaluations(include_superseded=True)) == len(before[0]) == 6
+        assert (
+            history.evaluations()["evaluation_id"].tolist() == before[1]["evaluation_id"].tolist()
+        )
+        assert len(history.metrics(before[0]["evaluation_id"])) == len(metrics_before)
+        assert [
+            c.verdict for c in gate_week(history, "2026-W44", GatePolicy()).comparisons
+        ] == verdicts_before
+
+    def test_rows_present_in_two_files_are_read_once(self, store: Path) -> None:
+        """A compaction interrupted before deleting the small files causes no duplicate rows."""
+        import shutil
+
+        history = History(str(store))
+        evaluation_id = record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        for table in ("evaluations", "metrics"):
+            original = next((store / table).glob("*.parquet"))
+            shutil.copy(original, store / table / "compact-copy.parquet")
+        assert history.evaluations(include_superseded=True)["evaluation_id"].tolist() == [
+            evaluation_id
+        ]
+        assert history.metrics([evaluation_id]).duplicated(["metric", "slice"]).sum() == 0
