@@ -40,7 +40,7 @@ def _project(root: Path, checkpoints: int) -> Path:
         )
         registry.register(path, f"model-{i}", stage="production")
     config = root / "evalsentry.yaml"
-    config.write_text(f"store: store\\nregistry: registry\\nevalsets: {EVALSETS}\\n")
+    config.write_text(f"store: store\nregistry: registry\nevalsets: {EVALSETS}\n")
     return config
 
 

@@ -215,24 +215,4 @@ def weekly_markdown(
     energy = sum(e.get("energy_kwh") or 0.0 for e in evaluations)
     currency = next((e.get("currency") for e in evaluations if e.get("currency")), "")
     lines += ["", f"**This week's bill:** {total:.5f} {currency}, {energy:.2e} kWh.", ""]
-    if drifts:
-        lines += ["", "### Live-data drift", ""]
-        lines += _table(
-            ["evalset", "feature", "model", "PSI", "p (BH)", "verdict"],
-            [
-                [
-                    d.evalset,
-                    d.feature,
-                    d.model or "",
-                    f"{d.psi:.3f}",
-                    f"{d.p_adjusted:.2g}",
-                    d.verdict,
-                ]
-                for d in drifts
-            ],
-        )
-    total = sum(e.get("cost") or 0.0 for e in evaluations)
-    energy = sum(e.get("energy_kwh") or 0.0 for e in evaluations)
-    currency = next((e.get("currency") for e in evaluations if e.get("currency")), "")
-    lines += ["", f"**This week's bill:** {total:.5f} {currency}, {energy:.2e} kWh.", ""]
     return "\n".join(lines) + "\n"

@@ -166,8 +166,9 @@ class TestDrift:
         drift = history(toy_project).drift()
         assert set(drift["kind"]) == {"input", "prediction"}
         assert (drift["verdict"] == "FAIL").any()
-        html = Path(load_config(toy_project).store_url) / "reports" / "weekly-eval-2026-W40.html"
-        assert "Live-data drift" in html.read_text()
+        reports = Path(load_config(toy_project).store_url) / "reports"
+        assert "Live-data drift" in (reports / "weekly-eval-2026-W40.html").read_text()
+        assert (reports / "weekly-eval-2026-W40.md").read_text().count("### Live-data drift") == 1
 
     def test_drift_can_fail_the_run(
         self, toy_project: Path, toy_evalset: Path, tmp_path: Path
