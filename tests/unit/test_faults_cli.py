@@ -170,6 +170,9 @@ def test_f15_older_schema_reads_and_newer_schema_is_refused(project: Path) -> No
     old = pq.read_table(next((project / "store" / "evaluations").glob("*.parquet")))
     legacy = old.drop_columns(["cuda_version", "driver_version", "validation_json"])
     legacy = legacy.set_column(0, "schema_version", pa.array([0] * len(legacy), pa.int32()))
+    legacy = legacy.set_column(
+        legacy.column_names.index("evaluation_id"), "evaluation_id", pa.array(["legacy"])
+    )
     pq.write_table(
         legacy.set_column(legacy.column_names.index("week"), "week", pa.array(["2026-W39"])),
         project / "store" / "evaluations" / "legacy.parquet",
