@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from prefect import task
@@ -19,8 +20,6 @@ def _content_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
         (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()
     )
     manifest = (folder / MANIFEST).read_bytes()
-    import hashlib
-
     digest = hashlib.sha256(manifest + repr(stats).encode()).hexdigest()
     return f"evalset-{digest}-{context.task_run.flow_run_id}"
 

@@ -106,11 +106,12 @@ class Comparison:
     def label(self) -> str:
         """``model/evalset metric[slice] vs reference``, for messages."""
         part = f"{self.metric}[{self.slice}]" if self.slice else self.metric
-        who = (
-            f"{self.model}@v{self.version}"
-            if self.version is not None
-            else f"{self.model} (candidate file)"
-        )
+        if self.model == "*":  # an evalset problem: no checkpoint ran on it
+            who = "every checkpoint"
+        elif self.version is not None:
+            who = f"{self.model}@v{self.version}"
+        else:
+            who = f"{self.model} (candidate file)"
         return f"{who} on {self.evalset}: {part} vs {self.reference}"
 
     def describe(self) -> str:

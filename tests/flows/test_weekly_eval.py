@@ -83,6 +83,7 @@ class TestWeeklyEval:
         state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
         assert state.is_failed()
         assert "evalset invalid" in state.message and "part-000.parquet" in state.message
+        assert "ERROR every checkpoint on toy" in state.message
         assert history(toy_project).evaluations().empty
 
     def test_corrupt_checkpoint_is_an_error_row_and_the_others_complete(
