@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from prefect import task
@@ -10,18 +9,13 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
 from evalsentry import evalsets
-from evalsentry.evalsets import MANIFEST, Evalset, evalset_folder
+from evalsentry.evalsets import Evalset, evalset_folder, fingerprint
 
 
 def _content_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
-    """The evalset's manifest and data-file stats, within this flow run: any change re-verifies."""
+    """The evalset's manifest and data-file versions, within this flow run: any change re-verifies."""
     folder = evalset_folder(parameters["name"], parameters["evalsets_dir"])
-    stats = sorted(
-        (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()
-    )
-    manifest = (folder / MANIFEST).read_bytes()
-    digest = hashlib.sha256(manifest + repr(stats).encode()).hexdigest()
-    return f"evalset-{digest}-{context.task_run.flow_run_id}"
+    return f"evalset-{fingerprint(folder)}-{context.task_run.flow_run_id}"
 
 
 @task(name="validate-evalset", cache_key_fn=_content_key, persist_result=True)

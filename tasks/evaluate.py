@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
+
 from prefect import task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
@@ -10,6 +13,14 @@ from evalsentry.config import Config
 from evalsentry.cost import CostMeter
 from evalsentry.evalsets import Evalset
 from evalsentry.pipeline import Outcome, Target, evaluate_checkpoint
+
+
+@functools.cache
+def process_meter() -> CostMeter:
+    """One energy tracker per process, stopped when the process exits (codecarbon takes ~1.5 s to start)."""
+    meter = CostMeter()
+    atexit.register(meter.close)
+    return meter
 
 
 @task(
@@ -32,8 +43,8 @@ def evaluate(
 ) -> Outcome:
     """Evaluate one checkpoint on one evalset; a broken checkpoint returns an error outcome.
 
-    ``meter`` is the run's energy tracker when tasks share a process (threads); on a Dask
-    worker, which gets its own copy of the arguments, the task measures with a tracker of its own.
+    ``meter`` is the run's energy tracker when tasks share a process (threads); without one (a
+    Dask worker, a child flow run) the task uses its process's own tracker, started once.
     """
     artifact_id = create_progress_artifact(
         0.0, description=f"Inference of {target.model}@v{target.version} on {evalset.spec.name}"
@@ -43,21 +54,15 @@ def evaluate(
         if artifact_id is not None:
             update_progress_artifact(artifact_id, 100.0 * done / total)
 
-    own = meter is None
-    meter = meter or CostMeter()
-    try:
-        return evaluate_checkpoint(
-            target,
-            evalset,
-            config=config,
-            run_id=run_id,
-            week=week,
-            kind=kind,
-            device=device,
-            meter=meter,
-            validation=validation,
-            progress=progress,
-        )
-    finally:
-        if own:
-            meter.close()
+    return evaluate_checkpoint(
+        target,
+        evalset,
+        config=config,
+        run_id=run_id,
+        week=week,
+        kind=kind,
+        device=device,
+        meter=meter or process_meter(),
+        validation=validation,
+        progress=progress,
+    )

@@ -268,9 +268,10 @@ def _short(value: Any, width: int = 40) -> str:
 def evalset_list(config: ConfigOption = None) -> None:
     """List the evalsets with version, rows and identity hash."""
     from evalsentry.evalsets import list_evalsets, read_spec
+    from evalsentry.storage import join
 
-    root = Path(_config(config).evalsets_dir)
-    specs = [read_spec(root / name) for name in list_evalsets(root)]
+    root = _config(config).evalsets_dir
+    specs = [read_spec(join(root, name)) for name in list_evalsets(root)]
     rows = [
         [s.name, s.version, s.task, s.num_rows, s.evalset_sha256[:12], s.frozen_at] for s in specs
     ]
@@ -285,11 +286,9 @@ def evalset_show(
     config: ConfigOption = None,
 ) -> None:
     """Print an evalset's manifest."""
-    from evalsentry.evalsets import MANIFEST, evalset_folder, read_spec
+    from evalsentry.evalsets import evalset_folder, read_manifest_text
 
-    folder = evalset_folder(name, _config(config).evalsets_dir)
-    read_spec(folder)  # validates before printing
-    typer.echo((folder / MANIFEST).read_text(encoding="utf-8"), nl=False)
+    typer.echo(read_manifest_text(evalset_folder(name, _config(config).evalsets_dir)), nl=False)
 
 
 def _history(config: Path | None) -> tuple[Any, Any]:

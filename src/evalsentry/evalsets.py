@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from evalsentry.config import config_error
 from evalsentry.errors import EvalsetError, EvalsetInvalid, EvalsetTampered, did_you_mean
 from evalsentry.names import check_name
-from evalsentry.storage import sha256_file
+from evalsentry.storage import filesystem, join, sha256_file
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -139,7 +139,7 @@ class Evalset:
     """A verified evalset in memory: inputs as one tensor, plus targets, ids and slices."""
 
     spec: EvalsetSpec
-    folder: Path
+    folder: str
     inputs: torch.Tensor
     targets: torch.Tensor
     ids: np.ndarray
@@ -157,11 +157,17 @@ class Evalset:
 # --- reading the manifest ---------------------------------------------------------------------
 
 
-def evalset_folder(name_or_path: str | Path, evalsets_dir: str | Path | None = None) -> Path:
+def _locate(folder: str | Path) -> tuple[Any, str]:
+    """The filesystem holding ``folder`` (a local path or an fsspec URL) and its path there."""
+    return filesystem(str(folder))
+
+
+def evalset_folder(name_or_path: str | Path, evalsets_dir: str | Path | None = None) -> str:
     """Resolve an evalset name (a ``str``, under ``evalsets_dir``) or folder (a ``Path``).
 
-    Names come from users, configs and flow parameters, so they are checked to be one plain
-    path segment: ``../x``, absolute paths and odd characters are refused.
+    ``evalsets_dir`` may be a local folder or an fsspec URL (``s3://bucket/evalsets``). Names come
+    from users, configs and flow parameters, so they are checked to be one plain path segment:
+    ``../x``, absolute paths and odd characters are refused.
 
     Raises:
         InvalidName: a name that tries to address another folder.
@@ -169,28 +175,40 @@ def evalset_folder(name_or_path: str | Path, evalsets_dir: str | Path | None = N
     """
     if isinstance(name_or_path, Path):
         if (name_or_path / MANIFEST).is_file():
-            return name_or_path
+            return str(name_or_path)
         raise EvalsetError(f"{name_or_path}: no {MANIFEST} here; not a frozen evalset folder")
-    root = Path(evalsets_dir or "evalsets")
-    if (root / check_name("evalset", name_or_path) / MANIFEST).is_file():
-        return root / name_or_path
+    root = str(evalsets_dir or "evalsets")
+    fs, base = _locate(root)
+    if fs.exists(join(base, check_name("evalset", name_or_path), MANIFEST)):
+        return join(root, name_or_path)
+    known = list_evalsets(root)
     raise EvalsetError(
-        f"evalset {name_or_path!r} not found in {root}.{did_you_mean(name_or_path, list_evalsets(root))}"
+        f"evalset {name_or_path!r} not found in {root}.{did_you_mean(name_or_path, known)}"
     )
 
 
 def list_evalsets(root: str | Path) -> list[str]:
-    """Names of the evalset folders under ``root``."""
-    base = Path(root)
-    return sorted(p.parent.name for p in base.glob(f"*/{MANIFEST}")) if base.is_dir() else []
+    """Names of the evalset folders under ``root`` (a local folder or an fsspec URL)."""
+    fs, base = _locate(root)
+    if not fs.exists(base):
+        return []
+    return sorted(path.rstrip("/").split("/")[-2] for path in fs.glob(join(base, "*", MANIFEST)))
 
 
-def read_spec(folder: Path) -> EvalsetSpec:
-    """Parse ``evalset.yaml``; errors name the file and field."""
-    path = folder / MANIFEST
+def _read_text(folder: str | Path, name: str) -> tuple[str, str]:
+    fs, base = _locate(folder)
+    path = join(base, name)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return EvalsetSpec.model_validate(data)
+        return path, fs.cat_file(path).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvalsetError(f"{join(str(folder), name)}: cannot read it ({exc})") from None
+
+
+def read_spec(folder: str | Path) -> EvalsetSpec:
+    """Parse ``evalset.yaml``; errors name the file and field."""
+    path, text = _read_text(folder, MANIFEST)
+    try:
+        return EvalsetSpec.model_validate(yaml.safe_load(text))
     except yaml.YAMLError as exc:
         raise EvalsetError(
             f"{path}: not valid YAML ({type(exc).__name__}); fix the syntax"
@@ -199,67 +217,93 @@ def read_spec(folder: Path) -> EvalsetSpec:
         raise config_error(path, exc) from None
 
 
-def read_suite(folder: Path) -> dict[str, Any]:
+def read_manifest_text(folder: str | Path) -> str:
+    """The manifest as written, after checking that it parses."""
+    read_spec(folder)
+    return _read_text(folder, MANIFEST)[1]
+
+
+def read_suite(folder: str | Path) -> dict[str, Any]:
     """The stored expectation suite."""
-    path = folder / SUITE
+    path, text = _read_text(folder, SUITE)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
-    except (OSError, json.JSONDecodeError) as exc:
+        return json.loads(text)  # type: ignore[no-any-return]
+    except json.JSONDecodeError as exc:
         raise EvalsetError(f"{path}: cannot read the expectation suite ({exc})") from None
+
+
+def fingerprint(folder: str | Path) -> str:
+    """A cheap digest of the folder's manifest and every file's size and version (no hashing)."""
+    fs, base = _locate(folder)
+    files = sorted(fs.find(base, detail=True).items())
+    listing = repr([(path, info.get("size"), _version(info)) for path, info in files])
+    return hashlib.sha256(fs.cat_file(join(base, MANIFEST)) + listing.encode()).hexdigest()
 
 
 # --- hashing ----------------------------------------------------------------------------------
 
-_HASH_CACHE: dict[str, tuple[int, int, str]] = {}
+_HASH_CACHE: dict[str, tuple[int, object, str]] = {}
 _HASH_LOCK = threading.Lock()
 
 
-def cached_sha256(path: Path) -> str:
-    """sha256 of a file, hashed once per process while its size and mtime stay the same."""
-    stat = path.stat()
-    key = str(path.resolve())
+def _version(info: dict[str, Any]) -> object:
+    """What changes when a file is rewritten: mtime locally, the ETag on an object store."""
+    return info.get("mtime") or info.get("ETag") or info.get("LastModified")
+
+
+def cached_sha256(fs: Any, path: str) -> str:
+    """sha256 of a file (streamed), hashed once per process while its size and version stay the same."""
+    info = fs.info(path)
+    key = fs.unstrip_protocol(path)
+    size, version = info.get("size"), _version(info)
     with _HASH_LOCK:
         hit = _HASH_CACHE.get(key)
-    if hit and hit[0] == stat.st_size and hit[1] == stat.st_mtime_ns:
+    if hit and hit[0] == size and hit[1] == version:
         return hit[2]
-    digest, _ = sha256_file(path)
+    digest, _ = sha256_file(path, fs)
     with _HASH_LOCK:
-        _HASH_CACHE[key] = (stat.st_size, stat.st_mtime_ns, digest)
+        _HASH_CACHE[key] = (size, version, digest)
     return digest
 
 
-def verify_files(folder: Path, spec: EvalsetSpec) -> None:
+def verify_files(folder: str | Path, spec: EvalsetSpec) -> None:
     """Check every data file against the manifest: none missing, none extra, none changed.
 
     Raises:
         EvalsetTampered: naming the file, the expected and the actual hash.
     """
+    fs, base = _locate(folder)
     listed = {f.path for f in spec.files}
-    present = {
-        p.relative_to(folder).as_posix() for p in (folder / DATA_DIR).rglob("*") if p.is_file()
-    }
+    data = join(base, DATA_DIR)
+    present = {p[len(base) + 1 :] for p in fs.find(data)} if fs.exists(data) else set()
     for extra in sorted(present - listed):
-        raise EvalsetTampered(folder / extra, "(not in the manifest)", "an unexpected extra file")
+        raise EvalsetTampered(
+            join(str(folder), extra), "(not in the manifest)", "an unexpected extra file"
+        )
     for pinned in spec.files:
-        path = folder / pinned.path
-        if not path.is_file():
-            raise EvalsetTampered(path, pinned.sha256, "(file missing)")
-        actual = cached_sha256(path)
+        path = join(base, pinned.path)
+        if not fs.exists(path):
+            raise EvalsetTampered(join(str(folder), pinned.path), pinned.sha256, "(file missing)")
+        actual = cached_sha256(fs, path)
         if actual != pinned.sha256:
-            raise EvalsetTampered(path, pinned.sha256, actual)
+            raise EvalsetTampered(join(str(folder), pinned.path), pinned.sha256, actual)
     if spec.identity() != spec.evalset_sha256:
-        raise EvalsetTampered(folder / MANIFEST, spec.evalset_sha256, spec.identity())
+        raise EvalsetTampered(join(str(folder), MANIFEST), spec.evalset_sha256, spec.identity())
 
 
-def read_table(folder: Path, spec: EvalsetSpec) -> pa.Table:
+def read_table(folder: str | Path, spec: EvalsetSpec) -> pa.Table:
     """The evalset's rows as one Arrow table, its schema checked against the manifest."""
-    tables = [pq.read_table(folder / f.path) for f in spec.files]
+    fs, base = _locate(folder)
+    tables = []
+    for pinned in spec.files:
+        with fs.open(join(base, pinned.path), "rb") as handle:
+            tables.append(pq.read_table(handle))
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     actual = {f.name: str(f.type) for f in table.schema}
     if actual != spec.schema_:
         changed = sorted(set(actual.items()) ^ set(spec.schema_.items()))
         raise EvalsetError(
-            f"{folder / MANIFEST}: schema: data does not match the pinned schema {changed}"
+            f"{join(str(folder), MANIFEST)}: schema: data does not match the pinned schema {changed}"
         )
     return table
 
@@ -304,14 +348,14 @@ def load_evalset(
     return Evalset(spec, folder, inputs, targets, ids, slices)
 
 
-def _inputs_tensor(table: pa.Table, inputs: InputsSpec, where: Path) -> torch.Tensor:
+def _inputs_tensor(table: pa.Table, inputs: InputsSpec, where: str) -> torch.Tensor:
     import torch
 
     if inputs.column is not None:
         array = table.column(inputs.column).combine_chunks()
         if not pa.types.is_fixed_size_list(array.type) or array.type.list_size != inputs.size:
             raise EvalsetError(
-                f"{where / MANIFEST}: inputs: column {inputs.column!r} is {array.type}, but the "
+                f"{join(where, MANIFEST)}: inputs: column {inputs.column!r} is {array.type}, but the "
                 f"shape {inputs.shape} needs fixed_size_list<{inputs.dtype}>[{inputs.size}]"
             )
         flat = array.flatten().to_numpy(zero_copy_only=array.null_count == 0)

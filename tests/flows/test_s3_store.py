@@ -134,3 +134,30 @@ def test_racing_registrations_on_s3_get_distinct_versions(
         )
     assert sorted(e.version for e in entries) == list(range(1, 7))
     assert len(registry.list("raced")) == 6
+
+
+def test_evalset_on_s3_is_verified_by_streaming_and_tampering_is_caught(
+    s3_project: Path, toy_evalset: Path, toy_checkpoints: dict[str, Path]
+) -> None:
+    """An evalset folder copied to S3 runs like a local one; one changed byte there fails the run."""
+    import s3fs
+
+    remote = f"{BUCKET}/{s3_project.parent.name}/evalsets"
+    fs = s3fs.S3FileSystem()
+    fs.put(str(toy_evalset), f"{remote}/toy", recursive=True)
+    text = s3_project.read_text().replace(
+        f"evalsets: {toy_evalset.parent}", f"evalsets: s3://{remote}"
+    )
+    s3_project.write_text(text)
+    config = str(s3_project)
+    Registry(load_config(s3_project).registry_url).register(
+        toy_checkpoints["good"], "toy-model", stage="production"
+    )
+    assert weekly_eval(week="2026-W40", config=config, return_state=True).is_completed()
+    data = f"{remote}/toy/data/part-000.parquet"
+    raw = bytearray(fs.cat_file(data))
+    raw[len(raw) // 2] ^= 0x01
+    fs.pipe_file(data, bytes(raw))
+    state = weekly_eval(week="2026-W41", config=config, return_state=True)
+    assert state.is_failed()
+    assert f"s3://{data}: evalset file changed since freeze" in state.message
