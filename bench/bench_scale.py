@@ -98,7 +98,7 @@ def _dask_vs_threads(root: Path, checkpoints: int) -> dict[str, float]:
     ) as cluster:
         address = cluster.scheduler_address
         _week(
-            _project(root / "dask-warm", 1, evalsets), "dask", address
+            _project(root / "dask-warm", 2, evalsets), "dask", address
         )  # workers import torch and prefect
         dask = _week(_project(root / "dask", checkpoints, evalsets), "dask", address)
     thread = _week(_project(root / "threads", checkpoints, evalsets), "thread")

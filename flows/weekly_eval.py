@@ -245,7 +245,7 @@ def weekly_eval(
         if not outcome.ok:
             events.checkpoint_failed(outcome.evaluation)
 
-    report = gate_week(settings.store_url, week, settings.gate, settings.evalsets_dir)
+    report = gate_week(settings.store_url, week, settings.gate, settings.evalsets_dir, models)
     report = GateReport(week, invalid + report.comparisons)
     created = now_utc()
     write_comparisons(

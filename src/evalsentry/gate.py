@@ -403,13 +403,17 @@ def gate_week(
     model: str | None = None,
     evalset: str | None = None,
     evalsets_dir: str | None = None,
+    models: Sequence[str] | None = None,
 ) -> GateReport:
     """Gate every production result of ``week`` against the previous week and the baseline.
 
     Evaluations that failed (status ``error``) are ERROR; candidates of the week are compared
-    with the week's production result for information (they do not gate the week).
+    with the week's production result for information (they do not gate the week). ``model``
+    or ``models`` restricts the gate to those model lines (a run of some models only).
     """
     frame = history.evaluations(model=model, evalset=evalset, kind="scheduled")
+    if models:
+        frame = frame[frame["model"].isin(list(models))]
     comparisons: list[Comparison] = []
     this_week = frame[frame["week"] == week]
     for _, row in this_week[this_week["status"] != "ok"].iterrows():

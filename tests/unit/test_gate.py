@@ -209,3 +209,16 @@ class TestCandidate:
         record_week(history, "2026-W41", accuracy_mask(N, 0.5), kind="candidate", stage="candidate")
         report = gate_week(history, "2026-W41", POLICY)
         assert report.comparisons == [] and report.exit_code == 0
+
+
+def test_gate_can_be_restricted_to_some_models(history: History) -> None:
+    """A run of some models gates only their lines, not another model's regression."""
+    before = accuracy_mask(N, 0.9)
+    after = before.copy()
+    after[np.flatnonzero(before)[:80]] = False
+    for model, week2 in (("kept", before), ("other", after)):
+        record_week(history, "2026-W40", before, model=model)
+        record_week(history, "2026-W41", week2, model=model, checkpoint="d" * 64)
+    assert gate_week(history, "2026-W41", POLICY).verdict == Verdict.FAIL
+    only = gate_week(history, "2026-W41", POLICY, models=["kept"])
+    assert only.verdict == Verdict.PASS and {c.model for c in only.comparisons} == {"kept"}
