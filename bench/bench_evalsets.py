@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from evalsentry.evalsets import InputsSpec, freeze_evalset, load_evalset
+from evalsentry.evalsets import InputsSpec, load_evalset
+from evalsentry.freeze import freeze_evalset
 from evalsentry.storage import sha256_file
 from evalsentry.validation import run_suite, validation_frame
 

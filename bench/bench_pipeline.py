@@ -17,7 +17,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from evalsentry.evalsets import InputsSpec, freeze_evalset, load_evalset
+from evalsentry.evalsets import InputsSpec, load_evalset
+from evalsentry.freeze import freeze_evalset
 from evalsentry.inference import evaluate
 from examples.digits.model import DigitsCNN
 

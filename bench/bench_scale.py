@@ -31,7 +31,8 @@ def _synthetic_evalsets(root: Path, rows: int = 20_000) -> Path:
     import numpy as np
     import pyarrow as pa
 
-    from evalsentry.evalsets import InputsSpec, freeze_evalset
+    from evalsentry.evalsets import InputsSpec
+    from evalsentry.freeze import freeze_evalset
 
     rng = np.random.default_rng(0)
     values = (rng.random(rows * 64, dtype=np.float32) * 16).astype(np.float32)

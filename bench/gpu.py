@@ -20,7 +20,8 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from evalsentry.evalsets import InputsSpec, freeze_evalset, load_evalset
+from evalsentry.evalsets import InputsSpec, load_evalset
+from evalsentry.freeze import freeze_evalset
 from evalsentry.inference import evaluate, release_resident
 
 BATCH = 256

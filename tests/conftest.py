@@ -76,7 +76,8 @@ def toy_evalset(tmp_path: Path) -> Path:
     import pyarrow as pa
     import torch
 
-    from evalsentry.evalsets import InputsSpec, freeze_evalset
+    from evalsentry.evalsets import InputsSpec
+    from evalsentry.freeze import freeze_evalset
 
     rng = np.random.default_rng(3)
     features = rng.normal(size=(TOY_ROWS, 4)).astype(np.float32)

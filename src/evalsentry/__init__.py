@@ -17,7 +17,7 @@ _LAZY = {
     "Registry": "evalsentry.registry",
     "load_config": "evalsentry.config",
     "load_evalset": "evalsentry.evalsets",
-    "freeze_evalset": "evalsentry.evalsets",
+    "freeze_evalset": "evalsentry.freeze",
     "evaluate": "evalsentry.inference",
 }
 __all__ = [

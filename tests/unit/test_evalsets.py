@@ -17,11 +17,11 @@ from evalsentry.evalsets import (
     InputsSpec,
     check_evalset,
     evalset_identity,
-    freeze_evalset,
     load_evalset,
     read_spec,
     validate_evalset,
 )
+from evalsentry.freeze import freeze_evalset
 
 ROWS = 60
 

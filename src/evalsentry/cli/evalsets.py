@@ -1,0 +1,133 @@
+"""evalset freeze|verify|list|show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from evalsentry.cli._app import (
+    ConfigOption,
+    _config,
+    _csv,
+    _print_table,
+    _short,
+    evalset_app,
+)
+from evalsentry.errors import UsageError
+
+
+@evalset_app.command("freeze")
+def evalset_freeze(
+    source: Annotated[Path, typer.Argument(help="Parquet or CSV file with the rows to freeze.")],
+    name: Annotated[str, typer.Option(help="Evalset name (its folder under evalsets/).")],
+    task: Annotated[str, typer.Option(help="classification or regression.")],
+    target: Annotated[str, typer.Option(help="Target column.")],
+    inputs: Annotated[str, typer.Option(help="Feature columns (a,b,c), or one list column.")],
+    shape: Annotated[
+        str | None, typer.Option(help="Shape of one example of a list column, e.g. 1,8,8.")
+    ] = None,
+    dtype: Annotated[str, typer.Option(help="Tensor dtype of a list column.")] = "float32",
+    id_column: Annotated[
+        str | None, typer.Option("--id", help="Id column (default: a deterministic one is added).")
+    ] = None,
+    slices: Annotated[
+        str | None, typer.Option(help="Columns to report metrics per value of.")
+    ] = None,
+    version: Annotated[int, typer.Option(help="Version number recorded in the manifest.")] = 1,
+    description: Annotated[str, typer.Option(help="What the data is.")] = "",
+    provenance: Annotated[str, typer.Option(help="Where it comes from.")] = "",
+    license_: Annotated[str, typer.Option("--license", help="Its license.")] = "",
+    config: ConfigOption = None,
+) -> None:
+    """Freeze a dataset into a hash-pinned evalset with a generated expectation suite."""
+    from evalsentry.evalsets import InputsSpec
+    from evalsentry.freeze import freeze_evalset, read_source
+
+    columns = _csv(inputs)
+    try:
+        spec_inputs = (
+            InputsSpec(column=columns[0], shape=[int(d) for d in _csv(shape)], dtype=dtype)
+            if shape
+            else InputsSpec(columns=columns)
+        )
+    except ValueError as exc:
+        raise UsageError(f"--inputs/--shape: {exc}".splitlines()[0]) from None
+    if task not in ("classification", "regression"):
+        raise UsageError(f"--task: {task!r} is not classification or regression")
+    dest = Path(_config(config).evalsets_dir) / name
+    spec = freeze_evalset(
+        read_source(source),
+        dest,
+        name=name,
+        task=task,  # type: ignore[arg-type]
+        target=target,
+        inputs=spec_inputs,
+        id_column=id_column,
+        slices=_csv(slices),
+        version=version,
+        description=description,
+        provenance=provenance,
+        license=license_,
+    )
+    typer.echo(f"froze {spec.name} v{spec.version}: {spec.num_rows} rows -> {dest}")
+    typer.echo(f"evalset_sha256 {spec.evalset_sha256}")
+
+
+@evalset_app.command("verify")
+def evalset_verify(
+    name: Annotated[str, typer.Argument(help="Evalset name (a folder under evalsets/).")],
+    config: ConfigOption = None,
+) -> None:
+    """Re-hash every file and run the expectation suite; exit 1 if anything fails."""
+    from evalsentry.evalsets import validate_evalset
+
+    summary = validate_evalset(name, _config(config).evalsets_dir)
+    rows = [
+        [
+            "ok" if o.success else "FAILED",
+            o.expectation,
+            o.column or "",
+            _short(o.observed),
+            "" if o.unexpected_count is None else o.unexpected_count,
+            _short(o.unexpected_examples) if o.unexpected_examples else "",
+        ]
+        for o in summary.outcomes
+    ]
+    columns = ["", "expectation", "column", "observed", "unexpected", "examples"]
+    _print_table(f"Evalset {name}: files match the manifest", columns, rows)
+    if not summary.success:
+        typer.echo(
+            f"error: evalset {name!r} fails {summary.failed} of {summary.evaluated} expectations",
+            err=True,
+        )
+        raise typer.Exit(1)
+    typer.echo(f"evalset {name!r} verified: {summary.evaluated} expectations pass")
+
+
+@evalset_app.command("list")
+def evalset_list(config: ConfigOption = None) -> None:
+    """List the evalsets with version, rows and identity hash."""
+    from evalsentry.evalsets import list_evalsets, read_spec
+    from evalsentry.storage import join
+
+    root = _config(config).evalsets_dir
+    specs = [read_spec(join(root, name)) for name in list_evalsets(root)]
+    rows = [
+        [s.name, s.version, s.task, s.num_rows, s.evalset_sha256[:12], s.frozen_at] for s in specs
+    ]
+    _print_table(
+        f"Evalsets in {root}", ["name", "version", "task", "rows", "sha256", "frozen"], rows
+    )
+
+
+@evalset_app.command("show")
+def evalset_show(
+    name: Annotated[str, typer.Argument(help="Evalset name (a folder under evalsets/).")],
+    config: ConfigOption = None,
+) -> None:
+    """Print an evalset's manifest."""
+    from evalsentry.evalsets import evalset_folder, read_manifest_text
+
+    typer.echo(read_manifest_text(evalset_folder(name, _config(config).evalsets_dir)), nl=False)

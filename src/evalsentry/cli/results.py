@@ -1,0 +1,288 @@
+"""gate, evaluate, history, cost, report and baseline: reading and judging results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from evalsentry.cli._app import (
+    ConfigOption,
+    JunitOption,
+    MarkdownOption,
+    SlicesOption,
+    _emit_gate,
+    _history,
+    _print_table,
+    app,
+    baseline_app,
+    history_app,
+)
+from evalsentry.errors import UsageError
+
+
+@app.command()
+def gate(
+    week: Annotated[
+        str | None, typer.Option(help="ISO week, e.g. 2026-W49 (default: the latest recorded).")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
+    evalset: Annotated[str | None, typer.Option(help="Only this evalset.")] = None,
+    junit: JunitOption = None,
+    markdown: MarkdownOption = None,
+    slices: SlicesOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Gate a week's results against the previous week and the baseline (reads the history only).
+
+    Exit 0 pass or warn, 1 a regression, 2 not comparable or unusable input.
+    """
+    from evalsentry.gate import gate_week
+    from evalsentry.names import check_week
+
+    settings, history = _history(config)
+    if week is None:
+        weeks = history.evaluations(model=model, evalset=evalset, kind="scheduled")["week"]
+        if weeks.empty:
+            raise UsageError(
+                f"{settings.store_url}: the history holds no weekly evaluation yet; run one first"
+            )
+        week = str(weeks.max())
+    report = gate_week(
+        history,
+        check_week(week),
+        settings.gate,
+        model=model,
+        evalset=evalset,
+        evalsets_dir=settings.evalsets_dir,
+    )
+    raise typer.Exit(_emit_gate(report, markdown, junit, slices))
+
+
+@app.command("evaluate")
+def evaluate_command(
+    checkpoint: Annotated[Path, typer.Option(help="Checkpoint file to evaluate.")],
+    model: Annotated[
+        str, typer.Option(help="Model line to compare with (its latest production result).")
+    ],
+    evalset: Annotated[list[str] | None, typer.Option(help="Evalset(s) (default: all).")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    junit: JunitOption = None,
+    markdown: MarkdownOption = None,
+    slices: SlicesOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Evaluate a candidate checkpoint and gate it against production, for CI.
+
+    The result is recorded as a candidate evaluation, never as a week's production result.
+    Exit 0 pass or warn, 1 a regression, 2 not comparable or unusable input.
+    """
+    from evalsentry.cost import CostMeter
+    from evalsentry.evalsets import check_evalset, list_evalsets, load_evalset
+    from evalsentry.gate import GateReport, gate_candidate
+    from evalsentry.history import iso_week
+    from evalsentry.names import check_name
+    from evalsentry.pipeline import Target, evaluate_checkpoint, new_run_id, record
+
+    settings, history = _history(config)
+    check_name("model", model)
+    names = evalset or list_evalsets(settings.evalsets_dir)
+    if not names:
+        raise UsageError(f"{settings.evalsets_dir}: no evalsets found; freeze one first")
+    run_id, week, meter, comparisons = new_run_id(), iso_week(), CostMeter(), []
+    try:
+        for name in names:
+            summary = check_evalset(name, settings.evalsets_dir)
+            loaded = load_evalset(name, evalsets_dir=settings.evalsets_dir)
+            outcome = evaluate_checkpoint(
+                Target(model, str(checkpoint.resolve())),
+                loaded,
+                config=settings,
+                run_id=run_id,
+                week=week,
+                kind="candidate",
+                device=device,
+                meter=meter,
+                validation=summary.to_dict(),
+            )
+            record(history, [outcome])
+            if not outcome.ok:
+                raise UsageError(str(outcome.evaluation["error"]))
+            import pandas as pd
+
+            report = gate_candidate(
+                history,
+                pd.Series(outcome.evaluation),
+                settings.gate,
+                evalsets_dir=settings.evalsets_dir,
+            )
+            comparisons += report.comparisons
+    finally:
+        meter.close()
+    raise typer.Exit(_emit_gate(GateReport(week, comparisons), markdown, junit, slices))
+
+
+@history_app.command("compact")
+def history_compact(config: ConfigOption = None) -> None:
+    """Merge each history table's small files into one (no row is dropped)."""
+    _, store = _history(config)
+    for table in ("evaluations", "metrics", "comparisons", "drift"):
+        files, rows = store.compact(table)
+        typer.echo(
+            f"{table}: {files} file(s) -> 1 ({rows} rows)"
+            if rows
+            else f"{table}: nothing to compact"
+        )
+
+
+@history_app.callback()
+def history(
+    ctx: typer.Context,
+    model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
+    evalset: Annotated[str | None, typer.Option(help="Only this evalset.")] = None,
+    metric: Annotated[str | None, typer.Option(help="Only this metric.")] = None,
+    weeks: Annotated[int | None, typer.Option(help="Only the last N weeks.")] = None,
+    output: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    config: ConfigOption = None,
+) -> None:
+    """Show recorded results, one row per week, model, evalset and metric."""
+    if ctx.invoked_subcommand is not None:
+        return
+    _, store = _history(config)
+    if output not in ("table", "csv", "json"):
+        raise UsageError(f"--format: {output!r} is not table, csv or json")
+    evaluations = store.evaluations(model=model, evalset=evalset)
+    if weeks is not None and not evaluations.empty:
+        keep = sorted(set(evaluations["week"]))[-weeks:]
+        evaluations = evaluations[evaluations["week"].isin(keep)]
+    metrics = store.metrics(evaluations["evaluation_id"]) if not evaluations.empty else None
+    if metrics is None or metrics.empty:
+        typer.echo("no results recorded yet", err=True)
+        return
+    metrics = metrics[metrics["slice"] == ""]
+    if metric is not None:
+        metrics = metrics[metrics["metric"] == metric]
+    columns = [
+        "week",
+        "kind",
+        "model",
+        "version",
+        "stage",
+        "evalset",
+        "metric",
+        "value",
+        "ci_low",
+        "ci_high",
+        "n",
+        "status",
+    ]
+    joined = metrics.drop(columns=["week", "model", "evalset"]).merge(
+        evaluations, on="evaluation_id"
+    )[columns]
+    joined = joined.sort_values(["week", "model", "evalset", "metric"])
+    if output == "csv":
+        typer.echo(joined.to_csv(index=False), nl=False)
+    elif output == "json":
+        typer.echo(joined.to_json(orient="records", indent=2))
+    else:
+        rows = [
+            [*(str(v) for v in r[:7]), f"{r[7]:.4f}", f"[{r[8]:.4f}, {r[9]:.4f}]", r[10], r[11]]
+            for r in joined.itertuples(index=False)
+        ]
+        _print_table("History", [*columns[:8], "95% CI", "n", "status"], rows)
+
+
+@app.command()
+def cost(
+    weeks: Annotated[int | None, typer.Option(help="Only the last N weeks.")] = None,
+    by: Annotated[str, typer.Option(help="Group by model, device or week.")] = "week",
+    config: ConfigOption = None,
+) -> None:
+    """The bill: device-hours, kWh, kg CO2 and money per week, model or device, with totals."""
+    from evalsentry.cost import ledger
+
+    _, store = _history(config)
+    evaluations = store.evaluations()
+    if evaluations.empty:
+        raise UsageError("the history holds no evaluation yet; nothing to bill")
+    if weeks is not None:
+        keep = sorted(set(evaluations["week"]))[-weeks:]
+        evaluations = evaluations[evaluations["week"].isin(keep)]
+    bill = ledger(evaluations, by)
+    rows = [
+        [
+            getattr(r, by),
+            r.evaluations,
+            f"{r.device_hours:.4f}",
+            f"{r.kwh:.3e}",
+            f"{r.co2_kg:.3e}",
+            f"{r.cost:.3g} {r.currency}",
+        ]
+        for r in bill.itertuples(index=False)
+    ]
+    _print_table(
+        f"Cost by {by}", [by, "evaluations", "device-hours", "kWh", "kg CO2", "money"], rows
+    )
+
+
+@app.command()
+def report(
+    week: Annotated[
+        str | None, typer.Option(help="ISO week (default: the latest recorded).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="HTML file to write (default: under the store).")
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Write one self-contained HTML report: trends, verdicts, slices, flips, drift, lineage, cost."""
+    from evalsentry.html_report import render_report
+    from evalsentry.names import check_week
+    from evalsentry.storage import filesystem, join, write_atomic
+
+    settings, store = _history(config)
+    if week is None:
+        recorded = store.evaluations(kind="scheduled")["week"]
+        if recorded.empty:
+            raise UsageError(f"{settings.store_url}: the history holds no weekly evaluation yet")
+        week = str(recorded.max())
+    html = render_report(store, check_week(week), settings)
+    if out is not None:
+        out.write_text(html, encoding="utf-8")
+        target = str(out)
+    else:
+        fs, root = filesystem(settings.store_url)
+        path = join(root, "reports", f"weekly-eval-{week}.html")
+        write_atomic(fs, path, html.encode())
+        target = fs.unstrip_protocol(path)
+    typer.echo(f"report {week}: {target}")
+
+
+@baseline_app.command("set")
+def baseline_set(
+    model: Annotated[str, typer.Option(help="Model line.")],
+    week: Annotated[str, typer.Option(help="ISO week whose result becomes the baseline.")],
+    config: ConfigOption = None,
+) -> None:
+    """Pin a recorded week as the baseline every later week is also compared with."""
+    _, store = _history(config)
+    store.set_baseline(model, week)
+    typer.echo(f"baseline of {model} is now {week}")
+
+
+@baseline_app.command("show")
+def baseline_show(
+    model: Annotated[str, typer.Option(help="Model line.")],
+    config: ConfigOption = None,
+) -> None:
+    """Show the baseline week of a model line (pinned, or the first recorded week)."""
+    _, store = _history(config)
+    pinned = store.baseline_week(model)
+    if pinned:
+        typer.echo(f"{model}: baseline {pinned} (pinned)")
+        return
+    weeks = store.evaluations(model=model, kind="scheduled")["week"]
+    if weeks.empty:
+        raise UsageError(f"no evaluation of {model!r} is recorded yet")
+    typer.echo(f"{model}: baseline {weeks.min()} (first recorded week)")
