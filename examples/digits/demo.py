@@ -83,6 +83,7 @@ def run_demo(folder: Path) -> int:
     print(
         f"  Report:   {folder.resolve() / 'store' / 'reports' / f'weekly-eval-{results[-1][0]}.html'}"
     )
+    print(f"  Registry: evalsentry registry list --config {config}")
     print(f"  History:  evalsentry history --config {config} --metric accuracy")
     print(f"  Gate:     evalsentry gate --config {config}")
     print(f"  Bill:     evalsentry cost --config {config} --by week")
