@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Development and CI machines have no GPU: take torch's CPU build (see requirements/cpu.txt).
 CONSTRAINTS ?= requirements/cpu.txt
+# Prefect's temporary server needs ~16 s to create its database on a fresh machine (default limit 20 s).
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
 .PHONY: demo test browser lint bench soak server deploy worker clean
 

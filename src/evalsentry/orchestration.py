@@ -17,15 +17,21 @@ from evalsentry.errors import UsageError
 
 API_URL_ENV = "PREFECT_API_URL"
 CONNECT_TIMEOUT_S = 3.0
+#: Prefect's temporary server needs ~16 s to create its database on a fresh machine here, close
+#: to its default 20 s limit; a busy machine goes past it.
+EPHEMERAL_STARTUP_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+EPHEMERAL_STARTUP_S = "120"
 
 
 def ensure_prefect_api() -> None:
     """Fail fast, with a clear message, when PREFECT_API_URL points at nothing.
 
-    Without PREFECT_API_URL, Prefect starts a temporary local server for the run.
+    Without PREFECT_API_URL, Prefect starts a temporary local server for the run; give it time
+    to start on a fresh machine.
     """
     url = os.environ.get(API_URL_ENV)
     if not url:
+        os.environ.setdefault(EPHEMERAL_STARTUP_ENV, EPHEMERAL_STARTUP_S)
         return
     parsed = urlparse(url)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)

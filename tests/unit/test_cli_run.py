@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[2]
 
 
@@ -46,3 +48,14 @@ def test_run_refuses_a_malformed_week_before_starting_prefect() -> None:
         timeout=60,
     )
     assert result.returncode == 2 and "ISO week" in result.stderr
+
+
+def test_temporary_prefect_server_gets_time_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without PREFECT_API_URL, the temporary server's startup limit is raised (fresh machines need ~16 s)."""
+    from evalsentry.orchestration import EPHEMERAL_STARTUP_ENV, ensure_prefect_api
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv(EPHEMERAL_STARTUP_ENV, "")  # recorded, so the test leaves the variable as it was
+    monkeypatch.delenv(EPHEMERAL_STARTUP_ENV)
+    ensure_prefect_api()
+    assert int(os.environ[EPHEMERAL_STARTUP_ENV]) >= 60
