@@ -150,4 +150,4 @@ def ledger(evaluations: Any, by: str) -> Any:
     grouped.loc["total"] = grouped.sum(numeric_only=True)
     grouped["evaluations"] = grouped["evaluations"].astype(int)
     currency = frame["currency"].dropna().iloc[0] if frame["currency"].notna().any() else ""
-    return pd.DataFrame(grouped).reset_index().rename(columns={by: by}).assign(currency=currency)
+    return pd.DataFrame(grouped).reset_index().assign(currency=currency)

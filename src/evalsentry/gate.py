@@ -189,6 +189,24 @@ def metric_names(
     return names
 
 
+def align(
+    reference: dict[str, np.ndarray], current: dict[str, np.ndarray]
+) -> dict[str, np.ndarray] | None:
+    """The reference's per-example columns reordered to the current's example ids.
+
+    Returns None unless both hold exactly the same examples: paired tests need pairs.
+    """
+    ref_ids, cur_ids = reference["example_id"], current["example_id"]
+    if len(ref_ids) != len(cur_ids) or not len(ref_ids):
+        return None
+    order = np.argsort(ref_ids)
+    position = np.clip(np.searchsorted(ref_ids, cur_ids, sorter=order), 0, len(order) - 1)
+    aligned = order[position]
+    if not np.array_equal(ref_ids[aligned], cur_ids):
+        return None
+    return {name: values[aligned] for name, values in reference.items()}
+
+
 def _slices(columns: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
     out = []
     for name in sorted(c for c in columns if c.startswith("slice:")):
@@ -254,17 +272,12 @@ def compare(
         return [
             _error(current, reference_kind, "not comparable: predictions missing", **ref_fields)
         ]
-    order = np.argsort(ref_cols["example_id"])
-    position = np.searchsorted(ref_cols["example_id"], cur_cols["example_id"], sorter=order)
-    position = np.clip(position, 0, len(order) - 1)
-    aligned = order[position]
-    if len(ref_cols["example_id"]) != len(cur_cols["example_id"]) or not np.array_equal(
-        ref_cols["example_id"][aligned], cur_cols["example_id"]
-    ):
+    aligned = align(ref_cols, cur_cols)
+    if aligned is None:
         return [
             _error(current, reference_kind, "not comparable: different example ids", **ref_fields)
         ]
-    ref_cols = {k: v[aligned] for k, v in ref_cols.items()}
+    ref_cols = aligned
     stored = history.metrics([current["evaluation_id"], reference["evaluation_id"]])
     values = {(r.evaluation_id, r.metric, r.slice): r.value for r in stored.itertuples()}
     # Without the evalset's spec, judge every metric either side recorded: one missing is an ERROR.
@@ -468,8 +481,10 @@ def _baseline_marker(current: pd.Series) -> Comparison:
 
 def _baseline_row(history: History, line: pd.DataFrame, model: str) -> pd.Series | None:
     pinned = history.baseline_week(model)
-    rows = line[line["week"] == pinned] if pinned else line
-    return None if rows.empty else rows.iloc[0] if not pinned else rows.iloc[-1]
+    if pinned is None:
+        return line.iloc[0]  # the first recorded week
+    rows = line[line["week"] == pinned]
+    return None if rows.empty else rows.iloc[-1]
 
 
 def gate_candidate(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evalsentry.config import Config
-from evalsentry.gate import GateReport, Verdict, gate_week
+from evalsentry.gate import GateReport, Verdict, align, gate_week
 from evalsentry.history import History
 
 if TYPE_CHECKING:
@@ -143,13 +143,10 @@ def _flips(history: History, current: pd.Series, previous: pd.Series | None) -> 
         history.predictions(current["evaluation_id"]),
         history.predictions(previous["evaluation_id"]),
     )
-    if cur is None or ref is None or len(cur["example_id"]) != len(ref["example_id"]):
+    aligned = align(ref, cur) if cur is not None and ref is not None else None
+    if aligned is None or cur is None:
         return []
-    order = np.argsort(ref["example_id"])
-    aligned = order[
-        np.searchsorted(ref["example_id"], cur["example_id"], sorter=order).clip(0, len(order) - 1)
-    ]
-    ref_ok = ref["prediction"][aligned] == ref["target"][aligned]
+    ref_ok = aligned["prediction"] == aligned["target"]
     cur_ok = cur["prediction"] == cur["target"]
     wrong = cur["example_id"][ref_ok & ~cur_ok]
     right = cur["example_id"][~ref_ok & cur_ok]

@@ -18,7 +18,7 @@ import numpy as np
 
 from evalsentry import __version__
 from evalsentry.config import Config
-from evalsentry.cost import CostMeter, Measurement, cost_fields
+from evalsentry.cost import CostMeter, cost_fields
 from evalsentry.errors import EvalsentryError
 from evalsentry.history import History, now_utc
 
@@ -146,7 +146,7 @@ def evaluate_checkpoint(
             wall_s=time.perf_counter() - clock,
             inference_s=result.inference_seconds,
             n_examples=result.num_examples,
-            measurement=measurement if isinstance(measurement, Measurement) else Measurement(),
+            measurement=measurement,
             rates=config.cost,
         ),
     )

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET  # builds XML only; nothing untrusted is pars
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evalsentry.gate import Comparison, GateReport, Verdict
+from evalsentry.gate import SEVERITY, Comparison, GateReport, Verdict
 
 VERDICT_MARK = {
     Verdict.PASS: "✅ PASS",
@@ -57,8 +57,6 @@ HEADERS = [
 
 def comparison_rows(comparisons: Sequence[Comparison]) -> list[list[str]]:
     """Table rows, worst first."""
-    from evalsentry.gate import SEVERITY
-
     ordered = sorted(
         comparisons, key=lambda c: (-SEVERITY[c.verdict], not c.gating, c.model, c.metric, c.slice)
     )

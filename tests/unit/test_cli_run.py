@@ -55,7 +55,9 @@ def test_temporary_prefect_server_gets_time_to_start(monkeypatch: pytest.MonkeyP
     from evalsentry.orchestration import EPHEMERAL_STARTUP_ENV, ensure_prefect_api
 
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    monkeypatch.setenv(EPHEMERAL_STARTUP_ENV, "")  # recorded, so the test leaves the variable as it was
+    monkeypatch.setenv(
+        EPHEMERAL_STARTUP_ENV, ""
+    )  # recorded, so the test leaves the variable as it was
     monkeypatch.delenv(EPHEMERAL_STARTUP_ENV)
     ensure_prefect_api()
     assert int(os.environ[EPHEMERAL_STARTUP_ENV]) >= 60

@@ -222,3 +222,23 @@ def test_gate_can_be_restricted_to_some_models(history: History) -> None:
     assert gate_week(history, "2026-W41", POLICY).verdict == Verdict.FAIL
     only = gate_week(history, "2026-W41", POLICY, models=["kept"])
     assert only.verdict == Verdict.PASS and {c.model for c in only.comparisons} == {"kept"}
+
+
+def test_align_reorders_the_reference_and_refuses_other_examples() -> None:
+    """Pairs are matched by example id, whatever the order; different example sets do not pair."""
+    import numpy as np
+
+    from evalsentry.gate import align
+
+    reference = {"example_id": np.array(["b", "a", "c"]), "prediction": np.array([2, 1, 3])}
+    current = {"example_id": np.array(["a", "b", "c"]), "prediction": np.array([0, 0, 0])}
+    assert align(reference, current)["prediction"].tolist() == [1, 2, 3]  # type: ignore[index]
+    assert align(reference, {"example_id": np.array(["a", "b", "d"])}) is None
+    assert align(reference, {"example_id": np.array(["a", "b"])}) is None
+
+
+def test_different_examples_are_an_error(history: History) -> None:
+    """Results on another set of examples cannot be paired: ERROR, not PASS."""
+    record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+    record_week(history, "2026-W41", accuracy_mask(N - 10, 0.9))
+    assert "different example ids" in gate_week(history, "2026-W41", POLICY).errors[0].reason
