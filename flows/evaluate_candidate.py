@@ -16,7 +16,7 @@ from evalsentry.history import iso_week, now_utc
 from evalsentry.names import check_name
 from evalsentry.pipeline import Target, new_run_id
 from tasks.evalsets import load_evalset, validate_evalset
-from tasks.evaluate import evaluate
+from tasks.evaluate import evaluate, on_device
 from tasks.gate import gate_candidate
 from tasks.history import write_comparisons, write_history
 from tasks.report import publish_report
@@ -46,7 +46,7 @@ def evaluate_candidate(
         for name in names:
             validations[name] = validate_evalset(name, settings.evalsets_dir)
             loaded = load_evalset(name, settings.evalsets_dir)
-            outcome = evaluate(
+            outcome = on_device(evaluate, device)(
                 target,
                 loaded,
                 config=settings,

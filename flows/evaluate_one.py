@@ -14,7 +14,7 @@ from evalsentry.config import load_config
 from evalsentry.pipeline import Target
 from evalsentry.registry import Registry
 from tasks.evalsets import load_evalset, validate_evalset
-from tasks.evaluate import evaluate
+from tasks.evaluate import evaluate, on_device
 from tasks.history import write_history
 
 
@@ -36,7 +36,7 @@ def evaluate_one(
     target = Target.from_entry(Registry(settings.registry_url).show(model, version))
     validation = validate_evalset(evalset, settings.evalsets_dir)
     loaded = load_evalset(evalset, settings.evalsets_dir)
-    outcome = evaluate(
+    outcome = on_device(evaluate, device)(
         target,
         loaded,
         config=settings,

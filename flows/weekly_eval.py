@@ -17,10 +17,11 @@ from evalsentry.gate import Comparison, GateReport, Verdict
 from evalsentry.history import iso_week, now_utc
 from evalsentry.names import check_week
 from evalsentry.pipeline import Outcome, Target, new_run_id
+from flows.dask_cluster import dask_runner
 from tasks import events
 from tasks.drift import check_drift
 from tasks.evalsets import load_evalset, validate_evalset
-from tasks.evaluate import evaluate
+from tasks.evaluate import evaluate, on_device
 from tasks.gate import gate_week
 from tasks.history import write_comparisons, write_drift, write_history
 from tasks.registry import resolve_targets
@@ -66,50 +67,27 @@ def _evaluate_jobs(
     week: str,
     device: str,
     meter: CostMeter | None,
+    runner: Any = None,
 ) -> list[Outcome]:
-    """Submit one evaluate task per (checkpoint, evalset) to the current task runner."""
-    try:
-        futures = [
-            evaluate.submit(
-                target,
-                evalset,
-                config=settings,
-                run_id=run_id,
-                week=week,
-                kind="scheduled",
-                device=device,
-                meter=meter,
-                validation=validation,
-            )
-            for target, evalset, validation in jobs
-        ]
-        return [f.result() for f in futures]
-    finally:
-        if meter is not None:
-            meter.close()
-
-
-@flow(name="evaluate-on-dask", flow_run_name="evaluate-on-dask-{week}", validate_parameters=False)
-def evaluate_on_dask(
-    jobs: list[Job], settings: Config, run_id: str, week: str, device: str
-) -> list[Outcome]:
-    """The evaluations of a week on a Dask cluster; each worker measures its own energy."""
-    return _evaluate_jobs(jobs, settings, run_id, week, device, meter=None)
-
-
-def _dask_runner(address: str | None) -> Any:
-    """A Dask task runner on ``address``, or on a local cluster of two worker processes."""
-    try:
-        from prefect_dask import DaskTaskRunner
-    except ImportError:
-        raise UsageError(
-            "task_runner='dask' needs prefect-dask: pip install 'evalsentry[dask]'"
-        ) from None
-    if address:
-        return DaskTaskRunner(address=address)
-    return DaskTaskRunner(
-        cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": True}
-    )
+    """Submit one evaluate task per (checkpoint, evalset), to ``runner`` or the flow's own."""
+    inference = on_device(evaluate, device)
+    futures = []
+    for target, evalset, validation in jobs:
+        parameters = {
+            "target": target,
+            "evalset": evalset,
+            "config": settings,
+            "run_id": run_id,
+            "week": week,
+            "kind": "scheduled",
+            "device": device,
+            "meter": meter,
+            "validation": validation,
+        }
+        futures.append(
+            runner.submit(inference, parameters) if runner else inference.submit(**parameters)
+        )
+    return [f.result() for f in futures]
 
 
 FAN_OUT_DEPLOYMENT = "evaluate-one/evaluate-one"
@@ -182,13 +160,15 @@ def _evaluate_and_record(
     """Run the jobs where asked (threads, Dask, or child flow runs) and append them to the history."""
     if fan_out:  # the child runs append their own results
         return _fan_out(jobs, settings, run_id, week, device, config)
-    if task_runner == "dask":
-        runner = _dask_runner(dask_address)
-        outcomes = evaluate_on_dask.with_options(task_runner=runner)(
-            jobs, settings, run_id, week, device
-        )
+    if task_runner == "dask":  # each worker measures its own energy
+        with dask_runner(dask_address) as runner:
+            outcomes = _evaluate_jobs(jobs, settings, run_id, week, device, None, runner)
     elif task_runner == "thread":
-        outcomes = _evaluate_jobs(jobs, settings, run_id, week, device, CostMeter())
+        meter = CostMeter()
+        try:
+            outcomes = _evaluate_jobs(jobs, settings, run_id, week, device, meter)
+        finally:
+            meter.close()
     else:
         raise UsageError(f"task_runner {task_runner!r}: use thread or dask")
     if outcomes:
@@ -239,7 +219,10 @@ def weekly_eval(
         jobs, settings, run_id, week, device, config, task_runner, dask_address, fan_out
     )
     drifts = [
-        d for evalset in loaded.values() for d in check_drift(evalset, outcomes, settings, device)
+        d
+        for evalset in loaded.values()
+        if evalset.spec.name in settings.drift.live
+        for d in on_device(check_drift, device)(evalset, outcomes, settings, device)
     ]
     for outcome in outcomes:
         if not outcome.ok:

@@ -13,9 +13,13 @@ from evalsentry.evalsets import Evalset
 from evalsentry.pipeline import Outcome, live_drift
 
 
-@task(name="check-drift", tags=["gpu"], cache_policy=NO_CACHE)
+@task(name="check-drift", cache_policy=NO_CACHE)
 def check_drift(
     evalset: Evalset, outcomes: Sequence[Outcome], config: Config, device: str
 ) -> list[DriftResult]:
-    """Input and prediction drift of the evalset's configured live sample (none configured: [])."""
+    """Input and prediction drift of the evalset's configured live sample (none configured: []).
+
+    Runs the production models on the live sample: submit it through ``on_device`` (a ``gpu``
+    tag on CUDA).
+    """
     return live_drift(evalset, outcomes, config=config, device=device)

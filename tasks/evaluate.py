@@ -1,11 +1,13 @@
-"""The inference task, tagged ``gpu`` so a tag concurrency limit can serialise it on a GPU host."""
+"""The inference task; on CUDA it is tagged ``gpu`` so a tag concurrency limit can serialise it."""
 
 from __future__ import annotations
 
 import atexit
 import functools
+import time
+from typing import Any, TypeVar
 
-from prefect import task
+from prefect import Task, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 
@@ -13,6 +15,12 @@ from evalsentry.config import Config
 from evalsentry.cost import CostMeter
 from evalsentry.evalsets import Evalset
 from evalsentry.pipeline import Outcome, Target, evaluate_checkpoint
+
+#: Fewest seconds between two updates of an inference's progress artifact: each is an API call,
+#: and a call per batch cost a worker ~0.5 s per 20k-image evaluation on a busy server.
+PROGRESS_INTERVAL_S = 1.0
+
+T = TypeVar("T", bound=Task[Any, Any])
 
 
 @functools.cache
@@ -23,9 +31,23 @@ def process_meter() -> CostMeter:
     return meter
 
 
+def on_device(task_: T, device: str) -> T:
+    """``task_`` tagged ``gpu`` when ``device`` is CUDA (``auto``: when this process has one).
+
+    A ``gpu`` tag concurrency limit (``prefect concurrency-limit create gpu 1``) then serialises
+    GPU work. CPU runs go untagged: each tagged task run takes and frees a slot lease, database
+    writes on the API server that cost 0.6 s a task on this 2-core machine under load, and up to
+    2 s on Prefect's temporary SQLite server (``python -m bench.bench_scale``).
+    """
+    from evalsentry.inference import resolve_device
+
+    if device == "auto":
+        device = resolve_device(device)
+    return task_.with_options(tags={"gpu"}) if device.startswith("cuda") else task_
+
+
 @task(
     name="evaluate-checkpoint",
-    tags=["gpu"],
     cache_policy=NO_CACHE,
     task_run_name="evaluate-{target.model}-v{target.version}-on-{evalset.spec.name}",
 )
@@ -50,8 +72,13 @@ def evaluate(
         0.0, description=f"Inference of {target.model}@v{target.version} on {evalset.spec.name}"
     )
 
+    last = time.monotonic()
+
     def progress(done: int, total: int) -> None:
-        if artifact_id is not None:
+        nonlocal last
+        now = time.monotonic()
+        if artifact_id is not None and (done == total or now - last >= PROGRESS_INTERVAL_S):
+            last = now
             update_progress_artifact(artifact_id, 100.0 * done / total)
 
     return evaluate_checkpoint(

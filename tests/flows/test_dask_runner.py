@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 
 import pandas as pd
+import pytest
+from prefect.client.orchestration import get_client
 
 from evalsentry.config import load_config
 from evalsentry.history import History
 from evalsentry.registry import Registry
+from flows.dask_cluster import TRIM_ENV, WORKER_CONFIG, current_api_url, local_cluster
 from flows.weekly_eval import weekly_eval
 
 
@@ -27,7 +32,7 @@ def test_dask_local_cluster_matches_the_thread_runner(
     tmp_path: Path, toy_evalset: Path, toy_checkpoints: dict[str, Path]
 ) -> None:
     """Two stores, one run each way: every metric value and interval is identical."""
-    configs = {}
+    configs, states = {}, {}
     for runner in ("thread", "dask"):
         folder = tmp_path / runner
         folder.mkdir()
@@ -40,10 +45,51 @@ def test_dask_local_cluster_matches_the_thread_runner(
             week="2026-W40", config=str(config), task_runner=runner, return_state=True
         )
         assert state.is_completed(), state.message
-        configs[runner] = config
+        configs[runner], states[runner] = config, state
     thread, dask = _metrics(configs["thread"]), _metrics(configs["dask"])
     assert len(thread) > 0
     pd.testing.assert_frame_equal(thread.reset_index(drop=True), dask.reset_index(drop=True))
+    # the workers reported their task runs to this run's API, under the weekly run itself
+    names = asyncio.run(_completed_task_runs(states["dask"].state_details.flow_run_id))
+    assert sorted(n for n in names if n.startswith("evaluate-")) == [
+        "evaluate-degraded-v1-on-toy",
+        "evaluate-good-v1-on-toy",
+    ]
+
+
+def test_local_cluster_workers_get_the_api_and_the_default_allocator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Workers see this process's Prefect API and no malloc trim threshold; our env is untouched."""
+    from distributed import Client
+
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")  # as an earlier Dask cluster leaves it
+    before = dict(os.environ)
+    with local_cluster(n_workers=1) as cluster, Client(cluster) as client:
+        seen = client.run(lambda: {k: os.environ.get(k) for k in ("PREFECT_API_URL", TRIM_ENV)})
+    assert list(seen.values()) == [{"PREFECT_API_URL": current_api_url(), TRIM_ENV: None}]
+    assert current_api_url().startswith("http://127.0.0.1:")
+    assert dict(os.environ) == before
+
+
+def test_shipped_worker_config_is_what_the_local_cluster_uses() -> None:
+    """``flows/dask-worker.yaml`` (for clusters of your own) sets exactly WORKER_CONFIG."""
+    import dask.config
+
+    folder = Path(__file__).parents[2] / "flows"
+    loaded = dask.config.collect(paths=[str(folder)], env={})
+    assert {key: dask.config.get(key, config=loaded) for key in WORKER_CONFIG} == WORKER_CONFIG
+
+
+async def _completed_task_runs(flow_run_id: object) -> list[str]:
+    """The run's completed task runs, as the API recorded them."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    async with get_client() as client:
+        runs = await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+    return [r.name for r in runs if r.state and r.state.is_completed()]
 
 
 def test_unknown_task_runner_fails_the_run(toy_project: Path) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 from prefect.client.orchestration import get_client
 
 from evalsentry.config import load_config
@@ -13,6 +15,7 @@ from evalsentry.history import History
 from evalsentry.registry import Registry
 from flows.evaluate_candidate import evaluate_candidate
 from flows.weekly_eval import weekly_eval
+from tasks.evaluate import evaluate, on_device
 
 
 def history(config: Path) -> History:
@@ -20,14 +23,34 @@ def history(config: Path) -> History:
     return History(load_config(config).store_url)
 
 
-async def _artifact_keys(flow_run_id: object) -> set[str]:
+async def _artifacts(flow_run_id: object) -> dict[str, list[Any]]:
+    """The run's artifacts by key (by type for unkeyed ones, like progress)."""
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
     async with get_client() as client:
         artifacts = await client.read_artifacts(
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
         )
-    return {a.key or a.type for a in artifacts}
+    found: dict[str, list[Any]] = {}
+    for artifact in artifacts:
+        found.setdefault(artifact.key or str(artifact.type), []).append(artifact)
+    return found
+
+
+async def _task_runs(flow_run_id: object) -> list[Any]:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    async with get_client() as client:
+        return await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+
+
+def test_inference_is_tagged_gpu_only_on_cuda() -> None:
+    """A CUDA device gets the ``gpu`` tag (for a tag concurrency limit); the CPU gets none."""
+    assert on_device(evaluate, "cuda:1").tags == {"gpu"}
+    assert on_device(evaluate, "cpu").tags == set()
+    assert on_device(evaluate, "auto").tags == ({"gpu"} if torch.cuda.is_available() else set())
 
 
 class TestWeeklyEval:
@@ -53,7 +76,11 @@ class TestWeeklyEval:
         assert frame["week"].tolist() == ["2026-W40", "2026-W41", "2026-W42"]
 
     def test_run_is_named_after_the_week_and_publishes_artifacts(self, toy_project: Path) -> None:
-        """The run name carries the week; report, table, link and progress artifacts exist."""
+        """The run name carries the week; report, table, link and progress artifacts exist.
+
+        Progress is throttled to one update a second, but every inference's ends at 100%. The
+        inference task takes a ``gpu`` slot only on CUDA.
+        """
         state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
         flow_run_id = state.state_details.flow_run_id
 
@@ -62,13 +89,19 @@ class TestWeeklyEval:
                 return (await client.read_flow_run(flow_run_id)).name
 
         assert asyncio.run(name()) == "weekly-eval-2026-W40"
-        keys = asyncio.run(_artifact_keys(flow_run_id))
+        artifacts = asyncio.run(_artifacts(flow_run_id))
         assert {
             "weekly-eval-report",
             "weekly-eval-metrics",
             "weekly-eval-report-file",
             "progress",
-        } <= keys
+        } <= set(artifacts)
+        assert {a.data for a in artifacts["progress"]} == {100.0}
+        inference = [
+            r for r in asyncio.run(_task_runs(flow_run_id)) if r.name.startswith("evaluate-")
+        ]
+        assert len(inference) == 1
+        assert set(inference[0].tags) == ({"gpu"} if torch.cuda.is_available() else set())
         report = Path(load_config(toy_project).store_url) / "reports" / "weekly-eval-2026-W40.md"
         assert "### Lineage and cost" in report.read_text()
 
