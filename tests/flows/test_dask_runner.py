@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from prefect.client.orchestration import get_client
 
 from evalsentry.config import load_config
 from evalsentry.history import History
 from evalsentry.registry import Registry
 from flows.dask_cluster import TRIM_ENV, WORKER_CONFIG, current_api_url, local_cluster
 from flows.weekly_eval import weekly_eval
+from tests.flows.api import task_runs
 
 
 def _metrics(config: Path) -> pd.DataFrame:
@@ -50,8 +49,10 @@ def test_dask_local_cluster_matches_the_thread_runner(
     assert len(thread) > 0
     pd.testing.assert_frame_equal(thread.reset_index(drop=True), dask.reset_index(drop=True))
     # the workers reported their task runs to this run's API, under the weekly run itself
-    names = asyncio.run(_completed_task_runs(states["dask"].state_details.flow_run_id))
-    assert sorted(n for n in names if n.startswith("evaluate-")) == [
+    runs = task_runs(states["dask"].state_details.flow_run_id)
+    assert sorted(
+        r.name for r in runs if r.name.startswith("evaluate-") and r.state.is_completed()
+    ) == [
         "evaluate-degraded-v1-on-toy",
         "evaluate-good-v1-on-toy",
     ]
@@ -79,17 +80,6 @@ def test_shipped_worker_config_is_what_the_local_cluster_uses() -> None:
     folder = Path(__file__).parents[2] / "flows"
     loaded = dask.config.collect(paths=[str(folder)], env={})
     assert {key: dask.config.get(key, config=loaded) for key in WORKER_CONFIG} == WORKER_CONFIG
-
-
-async def _completed_task_runs(flow_run_id: object) -> list[str]:
-    """The run's completed task runs, as the API recorded them."""
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    async with get_client() as client:
-        runs = await client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
-        )
-    return [r.name for r in runs if r.state and r.state.is_completed()]
 
 
 def test_unknown_task_runner_fails_the_run(toy_project: Path) -> None:

@@ -16,6 +16,7 @@ from evalsentry.registry import Registry
 from flows.evaluate_candidate import evaluate_candidate
 from flows.weekly_eval import weekly_eval
 from tasks.evaluate import evaluate, on_device
+from tests.flows.api import task_runs
 
 
 def history(config: Path) -> History:
@@ -35,15 +36,6 @@ async def _artifacts(flow_run_id: object) -> dict[str, list[Any]]:
     for artifact in artifacts:
         found.setdefault(artifact.key or str(artifact.type), []).append(artifact)
     return found
-
-
-async def _task_runs(flow_run_id: object) -> list[Any]:
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    async with get_client() as client:
-        return await client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
-        )
 
 
 def test_inference_is_tagged_gpu_only_on_cuda() -> None:
@@ -97,9 +89,7 @@ class TestWeeklyEval:
             "progress",
         } <= set(artifacts)
         assert {a.data for a in artifacts["progress"]} == {100.0}
-        inference = [
-            r for r in asyncio.run(_task_runs(flow_run_id)) if r.name.startswith("evaluate-")
-        ]
+        inference = [r for r in task_runs(flow_run_id) if r.name.startswith("evaluate-")]
         assert len(inference) == 1
         assert set(inference[0].tags) == ({"gpu"} if torch.cuda.is_available() else set())
         report = Path(load_config(toy_project).store_url) / "reports" / "weekly-eval-2026-W40.md"
