@@ -40,13 +40,13 @@ def evaluate_candidate(
     week, run_id = iso_week(), new_run_id()
     target = Target(model, str(Path(checkpoint).resolve()))
     names = evalsets or list_evalsets(settings.evalsets_dir)
-    meter = CostMeter()
+    meter, inference = CostMeter(), on_device(evaluate, device)
     outcomes, validations, comparisons = [], {}, []
     try:
         for name in names:
             validations[name] = validate_evalset(name, settings.evalsets_dir)
             loaded = load_evalset(name, settings.evalsets_dir)
-            outcome = on_device(evaluate, device)(
+            outcome = inference(
                 target,
                 loaded,
                 config=settings,

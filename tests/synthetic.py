@@ -15,6 +15,23 @@ CLASSES = 3
 SHA_EVALSET = "e" * 64
 
 
+def classification(
+    n: int, accuracy: float, seed: int, num_classes: int = 10
+) -> dict[str, np.ndarray]:
+    """Synthetic per-example classification columns with the given accuracy (metric and stats tests)."""
+    rng = np.random.default_rng(seed)
+    target = rng.integers(0, num_classes, n)
+    hit = rng.random(n) < accuracy
+    prediction = np.where(hit, target, (target + rng.integers(1, num_classes, n)) % num_classes)
+    return {
+        "target": target,
+        "prediction": prediction,
+        "loss": rng.exponential(0.5, n),
+        "confidence": rng.uniform(0.1, 1.0, n),
+        "target_rank": np.where(hit, 0, rng.integers(1, num_classes, n)),
+    }
+
+
 def predictions(correct: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
     """Classification outputs on len(correct) examples: right where ``correct``, else wrong."""
     n = len(correct)

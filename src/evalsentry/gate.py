@@ -215,7 +215,10 @@ def _slices(columns: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
     return out
 
 
-def _error(row: pd.Series, reference: str, reason: str, **fields: Any) -> Comparison:
+def _verdict(
+    row: pd.Series, verdict: Verdict, reference: str, reason: str, **fields: Any
+) -> Comparison:
+    """A verdict on one evaluation row as a whole (metric ``*`` unless given)."""
     return Comparison(
         evaluation_id=row["evaluation_id"],
         week=row["week"],
@@ -224,10 +227,14 @@ def _error(row: pd.Series, reference: str, reason: str, **fields: Any) -> Compar
         evalset=row["evalset"],
         reference=reference,
         metric=fields.pop("metric", "*"),
-        verdict=Verdict.ERROR,
+        verdict=verdict,
         reason=reason,
         **fields,
     )
+
+
+def _error(row: pd.Series, reference: str, reason: str, **fields: Any) -> Comparison:
+    return _verdict(row, Verdict.ERROR, reference, reason, **fields)
 
 
 def _int(value: Any) -> int | None:
@@ -466,16 +473,11 @@ def gate_week(
 
 
 def _baseline_marker(current: pd.Series) -> Comparison:
-    return Comparison(
-        evaluation_id=current["evaluation_id"],
-        week=current["week"],
-        model=current["model"],
-        version=_int(current.get("version")),
-        evalset=current["evalset"],
-        reference="none",
-        metric="*",
-        verdict=Verdict.BASELINE,
-        reason="first week of this model line: it becomes the baseline",
+    return _verdict(
+        current,
+        Verdict.BASELINE,
+        "none",
+        "first week of this model line: it becomes the baseline",
     )
 
 

@@ -28,6 +28,21 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def evaluate_candidate(checkpoint: str, project: Path) -> int:
+    """``evalsentry evaluate`` of ``checkpoint`` as a toy-model candidate; the exit code."""
+    return main(
+        [
+            "evaluate",
+            "--checkpoint",
+            checkpoint,
+            "--model",
+            "toy-model",
+            "--config",
+            config(project),
+        ]
+    )
+
+
 def config(project: Path) -> str:
     """The --config argument for the project."""
     return str(project / "evalsentry.yaml")
@@ -192,17 +207,7 @@ class TestEvaluateCommand:
         self, with_production: Path, toy_checkpoints: dict[str, Path]
     ) -> None:
         """A worse candidate fails against production and never becomes a production result."""
-        code = main(
-            [
-                "evaluate",
-                "--checkpoint",
-                str(toy_checkpoints["degraded"]),
-                "--model",
-                "toy-model",
-                "--config",
-                config(with_production),
-            ]
-        )
+        code = evaluate_candidate(str(toy_checkpoints["degraded"]), with_production)
         assert code == 1
         frame = History(str(with_production / "store")).evaluations()
         candidate = frame[frame["kind"] == "candidate"]
@@ -213,37 +218,14 @@ class TestEvaluateCommand:
         self, with_production: Path, toy_checkpoints: dict[str, Path]
     ) -> None:
         """The production checkpoint itself, as a candidate, passes."""
-        code = main(
-            [
-                "evaluate",
-                "--checkpoint",
-                str(toy_checkpoints["good"]),
-                "--model",
-                "toy-model",
-                "--config",
-                config(with_production),
-            ]
-        )
+        code = evaluate_candidate(str(toy_checkpoints["good"]), with_production)
         assert code == 0
 
     def test_broken_candidate_exits_2(self, with_production: Path, tmp_path: Path) -> None:
         """A candidate file that is not a checkpoint is unusable input."""
         junk = tmp_path / "junk.pt"
         junk.write_bytes(b"junk")
-        assert (
-            main(
-                [
-                    "evaluate",
-                    "--checkpoint",
-                    str(junk),
-                    "--model",
-                    "toy-model",
-                    "--config",
-                    config(with_production),
-                ]
-            )
-            == 2
-        )
+        assert evaluate_candidate(str(junk), with_production) == 2
 
 
 class TestCostAndReportCommands:

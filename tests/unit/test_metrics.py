@@ -25,6 +25,7 @@ from evalsentry.metrics import (
     default_metrics,
     get_metric,
 )
+from tests.synthetic import classification
 
 Columns = dict[str, NDArray[Any]]
 
@@ -40,21 +41,6 @@ REGRESSION = {
     "target": np.array([1.0, 2.0, 3.0, 4.0]),
     "prediction": np.array([1.5, 2.0, 2.0, 4.0]),
 }
-
-
-def classification(n: int, accuracy: float, seed: int, num_classes: int = 10) -> Columns:
-    """Synthetic per-example classification columns with the given accuracy."""
-    rng = np.random.default_rng(seed)
-    target = rng.integers(0, num_classes, n)
-    hit = rng.random(n) < accuracy
-    prediction = np.where(hit, target, (target + rng.integers(1, num_classes, n)) % num_classes)
-    return {
-        "target": target,
-        "prediction": prediction,
-        "loss": rng.exponential(0.5, n),
-        "confidence": rng.uniform(0.1, 1.0, n),
-        "target_rank": np.where(hit, 0, rng.integers(1, num_classes, n)),
-    }
 
 
 def value(columns: Columns, name: str, num_classes: int | None = 3) -> float:

@@ -21,6 +21,7 @@ from evalsentry.stats import (
     paired_bootstrap_drop_pvalue,
     paired_drop_pvalue,
 )
+from tests.synthetic import classification
 
 Columns = dict[str, NDArray[Any]]
 ALPHA = 0.05
@@ -38,20 +39,6 @@ def paired_outcomes(
         [0] * newly_wrong + [1] * newly_right + [1] * both_right + [0] * both_wrong, dtype=bool
     )
     return ref, cur
-
-
-def classification(n: int, accuracy: float, seed: int, num_classes: int = 10) -> Columns:
-    """Synthetic classification columns with the given accuracy."""
-    rng = np.random.default_rng(seed)
-    target = rng.integers(0, num_classes, n)
-    hit = rng.random(n) < accuracy
-    prediction = np.where(hit, target, (target + rng.integers(1, num_classes, n)) % num_classes)
-    return {
-        "target": target,
-        "prediction": prediction,
-        "loss": rng.exponential(0.5, n),
-        "confidence": rng.uniform(0.1, 1.0, n),
-    }
 
 
 def degrade(columns: Columns, share: float, seed: int) -> Columns:
