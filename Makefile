@@ -3,18 +3,24 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Development and CI machines have no GPU: take torch's CPU build (see requirements/cpu.txt).
-CONSTRAINTS ?= requirements/cpu.txt
+# Every transitive pin, as CI tested it (`make lock` refreshes it; see README, Dependencies).
+LOCK := requirements/lock.txt
 # Prefect's temporary server needs ~16 s to create its database on a fresh machine (default limit 20 s).
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: demo test browser lint bench soak server deploy worker clean
+.PHONY: demo test browser lint lock bench soak server deploy worker clean
 
-$(STAMP): pyproject.toml $(CONSTRAINTS)
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c $(LOCK) -e '.[dev]'
 	touch $(STAMP)
+
+# Re-resolve every pin to the newest releases pyproject.toml allows (uv: seconds, where pip
+# backtracks for many minutes over boto3/aiobotocore), then reinstall and run `make test`.
+lock: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 \
+	  -c requirements/lock.in --upgrade --custom-compile-command "make lock" -o $(LOCK)
 
 demo: $(STAMP)
 	$(BIN)/evalsentry demo
