@@ -8,7 +8,7 @@ LOCK := requirements/lock.txt
 # Prefect's temporary server needs ~16 s to create its database on a fresh machine (default limit 20 s).
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: demo test browser lint lock bench soak server deploy worker clean
+.PHONY: demo test browser lint lock bench soak server deploy alerts worker clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,13 +47,21 @@ soak: $(STAMP)
 	$(BIN)/python -m bench.soak
 
 # A local Prefect server and a process worker on the `gpu` pool, to watch runs in the UI.
+# `make server PREFECT_PORT=4310`: the UI must be told the API's port too (else it calls 4200);
+# point the other commands at it with PREFECT_API_URL=http://127.0.0.1:4310/api.
 PREFECT_PORT ?= 4200
 server: $(STAMP)
-	$(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
+	PREFECT_UI_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api PREFECT_SERVER_ANALYTICS_ENABLED=false \
+	  $(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
 
 deploy: $(STAMP)
 	$(BIN)/prefect work-pool inspect gpu >/dev/null 2>&1 || $(BIN)/prefect work-pool create gpu --type process
 	EVALSENTRY_PROJECT_DIR=$(CURDIR) $(BIN)/prefect --no-prompt deploy --all
+
+# The failed-week alert: a webhook block from EVALSENTRY_ALERT_WEBHOOK_URL and the automation in
+# automations/regression-alert.yaml posting one JSON summary per failed run to it. Re-run to update.
+alerts: $(STAMP)
+	$(BIN)/python -m flows.alerts
 
 worker: $(STAMP)
 	$(BIN)/prefect worker start --pool gpu

@@ -21,17 +21,22 @@ CONNECT_TIMEOUT_S = 3.0
 #: to its default 20 s limit; a busy machine goes past it.
 EPHEMERAL_STARTUP_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 EPHEMERAL_STARTUP_S = "120"
+#: Prefect's usage telemetry, off where evalsentry starts the server: its heartbeat hit "database
+#: is locked" on the temporary server's SQLite file and printed a 100-line traceback mid-run.
+TELEMETRY_OFF = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
 
 
 def ensure_prefect_api() -> None:
     """Fail fast, with a clear message, when PREFECT_API_URL points at nothing.
 
     Without PREFECT_API_URL, Prefect starts a temporary local server for the run; give it time
-    to start on a fresh machine.
+    to start on a fresh machine, and turn its telemetry off (unless set otherwise).
     """
     url = os.environ.get(API_URL_ENV)
     if not url:
         os.environ.setdefault(EPHEMERAL_STARTUP_ENV, EPHEMERAL_STARTUP_S)
+        for name, value in TELEMETRY_OFF.items():
+            os.environ.setdefault(name, value)
         return
     parsed = urlparse(url)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)

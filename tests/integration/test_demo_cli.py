@@ -1,0 +1,35 @@
+"""`evalsentry demo` as a new user runs it: a temporary Prefect server, and no traceback anywhere."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.prefect_server import ROOT
+
+pytestmark = pytest.mark.integration
+
+EVALSENTRY = str(Path(sys.executable).parent / "evalsentry")
+
+
+def test_demo_tells_the_story_without_a_traceback(tmp_path: Path) -> None:
+    """The demo, on Prefect's temporary server with no settings of ours, catches week 3 and prints no traceback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DO_NOT_TRACK"))}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    result = subprocess.run(
+        [EVALSENTRY, "demo", "--dir", str(tmp_path / "demo")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "was caught" in output, output[-3000:]
+    assert "Traceback" not in output, output
+    assert "telemetry" not in output.lower(), output
