@@ -8,7 +8,7 @@ LOCK := requirements/lock.txt
 # Prefect's temporary server needs ~16 s to create its database on a fresh machine (default limit 20 s).
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: demo test browser lint lock bench soak server deploy alerts worker clean
+.PHONY: demo test browser lint lock bench soak server deploy alerts worker fan-out-worker clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -63,8 +63,16 @@ deploy: $(STAMP)
 alerts: $(STAMP)
 	$(BIN)/python -m flows.alerts
 
+# The weekly flow's worker (once): it polls the `default` queue of the `gpu` pool.
 worker: $(STAMP)
-	$(BIN)/prefect worker start --pool gpu
+	$(BIN)/prefect worker start --pool gpu --work-queue default
+
+# One per GPU host: runs the week's per-checkpoint `evaluate-one` runs from the `fan-out` queue,
+# FAN_OUT_LIMIT at a time (one per GPU), polling every 5 s so a week does not wait on the queue.
+FAN_OUT_LIMIT ?= 1
+fan-out-worker: $(STAMP)
+	PREFECT_WORKER_QUERY_SECONDS=5 $(BIN)/prefect worker start --pool gpu --work-queue fan-out \
+	  --limit $(FAN_OUT_LIMIT)
 
 clean:
 	rm -rf $(VENV) .demo .evalsentry .pytest_cache .mypy_cache .ruff_cache

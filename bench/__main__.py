@@ -13,7 +13,15 @@ import platform
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import bench_evalsets, bench_gate, bench_metrics, bench_pipeline, bench_scale, gpu
+from bench import (
+    bench_evalsets,
+    bench_fan_out,
+    bench_gate,
+    bench_metrics,
+    bench_pipeline,
+    bench_scale,
+    gpu,
+)
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -33,6 +41,7 @@ def main() -> None:
     results.update(bench_pipeline.run(seconds=2.0 if args.quick else 20.0))
     results.update(bench_gate.run(max_rows=100_000 if args.quick else 10_000_000))
     results.update(bench_scale.run(checkpoints=(1, 2) if args.quick else (1, 2, 4)))
+    results.update(bench_fan_out.run(rounds=1 if args.quick else 3))
     results.update(gpu.run(quick=True))
     RESULTS.mkdir(exist_ok=True)
     stamp = datetime.now(UTC).isoformat(timespec="seconds")

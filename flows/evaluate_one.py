@@ -18,7 +18,11 @@ from tasks.evaluate import evaluate, on_device
 from tasks.history import write_history
 
 
-@flow(name="evaluate-one", flow_run_name="evaluate-one-{model}-v{version}-{evalset}-{week}")
+# The parent's run id, shortened, tells apart the children of a re-run or a backfill of a week.
+@flow(
+    name="evaluate-one",
+    flow_run_name="evaluate-one-{model}-v{version}-{evalset}-{week}-{run_id:.6}",
+)
 def evaluate_one(
     model: str,
     version: int,

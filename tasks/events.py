@@ -1,15 +1,26 @@
-"""Events other systems can alert on: regressions, invalid evalsets, failed checkpoints."""
+"""Events other systems can alert on: a failed week, invalid evalsets, failed checkpoints.
+
+Alert on ``evalsentry.week.failed``: one event per failed run, its payload the rounded summary
+of ``evalsentry.alerts.summary``. ``evalsentry.regression.detected`` (one per FAIL or ERROR
+comparison) is detail for the event feed of each model; an alert on it sends one message per
+metric x slice x reference.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from prefect import runtime
 from prefect.events import emit_event
 
+from evalsentry.alerts import comparison_row, summary
 from evalsentry.drift import DriftResult
-from evalsentry.gate import Comparison
+from evalsentry.gate import Comparison, GateReport
 
+WEEK_FAILED = "evalsentry.week.failed"
+CANDIDATE_FAILED = "evalsentry.candidate.failed"
 REGRESSION = "evalsentry.regression.detected"
 EVALSET_INVALID = "evalsentry.evalset.invalid"
 CHECKPOINT_FAILED = "evalsentry.checkpoint.failed"
@@ -20,25 +31,45 @@ def _model(name: str) -> dict[str, str]:
     return {"prefect.resource.id": f"evalsentry.model.{name}", "prefect.resource.name": name}
 
 
+def _run() -> tuple[str | None, str | None]:
+    """The current flow run's name and UI link (None outside a run or without a UI URL)."""
+    url = runtime.flow_run.ui_url
+    return runtime.flow_run.name, url if url and url.startswith("http") else None
+
+
+def _models(report: GateReport) -> list[dict[str, str]]:
+    """The models named in the report's FAIL and ERROR rows, as related resources."""
+    names = sorted({c.model for c in report.errors + report.failures if c.model != "*"})
+    return [{**_model(name), "prefect.resource.role": "model"} for name in names]
+
+
+def week_failed(report: GateReport, drifted: Sequence[DriftResult] = ()) -> None:
+    """The week's one alert: counts and the worst rows, rounded, with a link to the run."""
+    name, url = _run()
+    emit_event(
+        WEEK_FAILED,
+        resource={
+            "prefect.resource.id": f"evalsentry.week.{report.week}",
+            "prefect.resource.name": report.week,
+        },
+        related=_models(report),
+        payload=summary(report, drifted, run_name=name, run_url=url),
+    )
+
+
+def candidate_failed(report: GateReport, model: str) -> None:
+    """A candidate of ``model`` failed its gate against production: the same summary, once."""
+    name, url = _run()
+    emit_event(
+        CANDIDATE_FAILED,
+        resource=_model(model),
+        payload=summary(report, title=f"candidate of {model} failed", run_name=name, run_url=url),
+    )
+
+
 def regression(comparison: Comparison, week: str) -> None:
-    """One FAIL or ERROR verdict, with the numbers."""
-    payload: dict[str, Any] = {
-        "week": week,
-        "verdict": str(comparison.verdict),
-        "model": comparison.model,
-        "version": comparison.version,
-        "evalset": comparison.evalset,
-        "metric": comparison.metric,
-        "slice": comparison.slice,
-        "reference": comparison.reference,
-        "reference_value": comparison.reference_value,
-        "value": comparison.value,
-        "drop": comparison.drop,
-        "p_value": comparison.p_adjusted,
-        "newly_wrong": comparison.newly_wrong,
-        "newly_right": comparison.newly_right,
-        "reason": comparison.reason,
-    }
+    """One FAIL or ERROR verdict with its rounded numbers: detail for the model's event feed."""
+    payload: dict[str, Any] = {"week": week, **comparison_row(comparison)}
     emit_event(REGRESSION, resource=_model(comparison.model), payload=payload)
 
 

@@ -1,8 +1,11 @@
-"""Publishing: the report file under the store, and the artifacts the Prefect UI shows."""
+"""Publishing: the report files under the store, and the artifacts the Prefect UI shows.
+
+Each run writes ``<store>/reports/<run name>.md`` (and ``.html`` for the weekly flow), one file
+per run, and copies each to ``<key_prefix>-<week>.md`` / ``.html``: the week's latest report.
+"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,18 +19,10 @@ from evalsentry.gate import GateReport
 from evalsentry.history import History
 from evalsentry.html_report import render_report
 from evalsentry.pipeline import Outcome
-from evalsentry.report import weekly_markdown
+from evalsentry.report import browser_link, file_stem, metrics_table, weekly_markdown
 from evalsentry.storage import filesystem, join, write_atomic
 
-REPORT_KEY = "weekly-eval-report"
-TABLE_KEY = "weekly-eval-metrics"
-LINK_KEY = "weekly-eval-report-file"
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+REPORTS = "reports"
 
 
 @task(name="publish-report", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
@@ -37,37 +32,40 @@ def publish_report(
     outcomes: Sequence[Outcome],
     validations: Mapping[str, Mapping[str, Any]],
     *,
+    run_name: str,
     key_prefix: str = "weekly-eval",
     drifts: Sequence[DriftResult] = (),
     config: Config | None = None,
 ) -> str:
-    """Write the week's Markdown (and, with ``config``, HTML) report under the store; publish artifacts."""
+    """Write this run's Markdown (and, with ``config``, HTML) report and the week's latest copy.
+
+    Publishes the Markdown as an artifact, the overall metrics as a table, and a link to this
+    run's report file (HTML when written). Returns that file's URL.
+    """
     evaluations = [o.evaluation for o in outcomes]
     metrics = [m for o in outcomes for m in o.metrics]
     markdown = weekly_markdown(report, evaluations, metrics, validations, drifts)
-    fs, root = filesystem(store_url)
-    path = join(root, "reports", f"{key_prefix}-{report.week}.md")
-    write_atomic(fs, path, markdown.encode())
-    location = fs.unstrip_protocol(path)
+    files = {".md": markdown.encode()}
     if config is not None:
-        html_path = join(root, "reports", f"{key_prefix}-{report.week}.html")
-        write_atomic(fs, html_path, render_report(History(store_url), report.week, config).encode())
-        location = fs.unstrip_protocol(html_path)
-    create_markdown_artifact(
-        markdown,
-        key=f"{key_prefix}-report",
-        description=f"evalsentry {report.week}: {report.verdict}",
-    )
+        files[".html"] = render_report(History(store_url), report.week, config).encode()
+    fs, root = filesystem(store_url)
+    this_run, latest = file_stem(run_name), f"{key_prefix}-{report.week}"
+    for suffix, data in files.items():
+        for stem in (this_run, latest):
+            write_atomic(fs, join(root, REPORTS, stem + suffix), data)
+    kind = ".html" if ".html" in files else ".md"
+    path = join(root, REPORTS, this_run + kind)
+    link, note = browser_link(fs, path)
+    create_markdown_artifact(markdown, key=f"{key_prefix}-report", description=report.headline())
     create_table_artifact(
-        [
-            {k: _json_safe(v) for k, v in m.items() if k != "evaluation_id"}
-            for m in metrics
-            if not m["slice"]
-        ],
+        metrics_table(evaluations, metrics),
         key=f"{key_prefix}-metrics",
-        description=f"Metrics of {report.week}",
+        description=f"Overall metrics of {run_name}, 4 significant digits",
     )
     create_link_artifact(
-        location, link_text=f"report {report.week}", key=f"{key_prefix}-report-file"
+        link,
+        link_text=f"{'HTML' if kind == '.html' else 'Markdown'} report of {run_name} ({note})",
+        key=f"{key_prefix}-report-file",
+        description=f"This run's report; {latest}{kind} next to it is the week's latest",
     )
-    return location
+    return str(fs.unstrip_protocol(path))

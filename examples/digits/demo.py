@@ -21,6 +21,7 @@ from typing import Any
 from evalsentry.history import iso_week, now_utc
 from evalsentry.registry import Registry
 from examples.digits.train import train
+from flows.runs import outcome_line
 from flows.weekly_eval import weekly_eval
 
 EVALSETS = Path(__file__).parents[2] / "evalsets"
@@ -63,7 +64,7 @@ def tell_story(folder: Path) -> list[tuple[str, Any]]:
         state = weekly_eval(
             week=week, models=[MODEL], stages=("production",), config=str(config), return_state=True
         )
-        print(f"flow run {state.name}: {state.message or ''}")
+        print(outcome_line(state))
         results.append((week, state))
     return results
 
@@ -80,9 +81,9 @@ def run_demo(folder: Path) -> int:
     print(
         f"\n  The regression in {results[-1][0]} was {'caught' if caught else 'NOT caught as expected'}."
     )
-    print(
-        f"  Report:   {folder.resolve() / 'store' / 'reports' / f'weekly-eval-{results[-1][0]}.html'}"
-    )
+    reports = folder.resolve() / "store" / "reports"
+    print(f"  Report:   {reports / f'weekly-eval-{results[-1][0]}.html'} (the week's latest run)")
+    print(f"  Each run: {reports}/weekly-eval-<week>-<kind>-<run id>.html")
     print(f"  Registry: evalsentry registry list --config {config}")
     print(f"  History:  evalsentry history --config {config} --metric accuracy")
     print(f"  Gate:     evalsentry gate --config {config}")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+import re
 import xml.etree.ElementTree as ET  # builds XML only; nothing untrusted is parsed
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import PurePosixPath
 from typing import Any
 
 from evalsentry.gate import SEVERITY, Comparison, GateReport, Verdict
@@ -21,10 +25,13 @@ def _fmt(value: float | int | None, spec: str = ".4f") -> str:
     return "" if value is None else format(value, spec)
 
 
+REPORT_ONLY = " (report only)"  # appended to the verdict of a row that does not gate
+
+
 def _cells(c: Comparison) -> list[str]:
     flips = "" if c.newly_wrong is None else f"-{c.newly_wrong} / +{c.newly_right}"
     return [
-        VERDICT_MARK[c.verdict],
+        VERDICT_MARK[c.verdict] + ("" if c.gating else REPORT_ONLY),
         f"{c.model}@v{c.version}" if c.version is not None else c.model,
         c.evalset,
         c.metric + (f" [{c.slice}]" if c.slice else ""),
@@ -56,9 +63,9 @@ HEADERS = [
 
 
 def comparison_rows(comparisons: Sequence[Comparison]) -> list[list[str]]:
-    """Table rows, worst first."""
+    """Table rows: the gating ones first, then the report-only ones, each worst first."""
     ordered = sorted(
-        comparisons, key=lambda c: (-SEVERITY[c.verdict], not c.gating, c.model, c.metric, c.slice)
+        comparisons, key=lambda c: (not c.gating, -SEVERITY[c.verdict], c.model, c.metric, c.slice)
     )
     return [_cells(c) for c in ordered]
 
@@ -66,11 +73,18 @@ def comparison_rows(comparisons: Sequence[Comparison]) -> list[list[str]]:
 def gate_markdown(report: GateReport, *, include_slices: bool = True) -> str:
     """A Markdown summary fit for a CI step summary or a Prefect artifact."""
     shown = [c for c in report.comparisons if include_slices or not c.slice]
+    report_only = sum(not c.gating for c in shown)
+    headline = (
+        f"{len(report.failures)} regression(s), {len(report.errors)} error(s), "
+        f"{len(report.warnings)} warning(s) "
+        f"over {sum(c.gating for c in report.comparisons)} gating comparison(s)."
+    )
+    if report_only:
+        headline += f" The {report_only} row(s) marked report only do not gate."
     lines = [
         f"## evalsentry gate: {report.week} — {VERDICT_MARK[report.verdict]}",
         "",
-        f"{len(report.failures)} regression(s), {len(report.errors)} error(s), {len(report.warnings)} warning(s) "
-        f"over {len([c for c in report.comparisons if c.gating])} gating comparison(s).",
+        headline,
         "",
     ]
     if not shown:
@@ -84,15 +98,14 @@ def gate_markdown(report: GateReport, *, include_slices: bool = True) -> str:
 
 
 def gate_junit(report: GateReport) -> str:
-    """JUnit XML: one testcase per comparison; FAIL is a failure, ERROR an error."""
-    suite = ET.Element(
-        "testsuite",
-        name="evalsentry-gate",
-        tests=str(len(report.comparisons)),
-        failures=str(len(report.failures)),
-        errors=str(len(report.errors)),
-        skipped=str(sum(not c.gating for c in report.comparisons)),
-    )
+    """JUnit XML: one testcase per comparison; FAIL is a failure, ERROR an error.
+
+    A report-only comparison that did not pass is a ``<skipped>`` testcase: shown, never
+    failing the build. Every count in the suite headers is counted from the elements written.
+    No ``time`` is given: the gate reads recorded results, it times nothing.
+    """
+    root = ET.Element("testsuites", name="evalsentry")
+    suite = ET.SubElement(root, "testsuite", name="evalsentry-gate")
     for c in report.comparisons:
         case = ET.SubElement(
             suite,
@@ -109,8 +122,17 @@ def gate_junit(report: GateReport) -> str:
             ET.SubElement(case, "error", message=text, type="not-comparable").text = text
         else:
             ET.SubElement(case, "system-out").text = text
-    ET.indent(suite)
-    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+    counts = {
+        "tests": len(suite.findall("testcase")),
+        "failures": len(suite.findall("testcase/failure")),
+        "errors": len(suite.findall("testcase/error")),
+        "skipped": len(suite.findall("testcase/skipped")),
+    }
+    suite.attrib.update({key: str(value) for key, value in counts.items()})
+    # <testsuites> takes no skipped count in the common (Jenkins junit-10) schema.
+    root.attrib.update({key: str(counts[key]) for key in ("tests", "failures", "errors")})
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
@@ -120,6 +142,140 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str
     ]
 
 
+REFERENCE_COLUMNS = {  # the summary's reference columns, in this order when present
+    "previous-week": "vs previous week",
+    "baseline": "vs baseline",
+    "production": "vs production",
+}
+NO_REFERENCE = "none"  # a verdict on a whole evaluation: failed, invalid evalset, first week
+DISPLAY_DIGITS = 4  # table artifact values: significant digits, and at least as many decimals
+LINK_EXPIRY = timedelta(days=7)  # S3's longest presigned URL; a weekly report is read that week
+
+
+def _icon(verdict: Verdict) -> str:
+    return VERDICT_MARK[verdict].split(" ")[0]
+
+
+def _checkpoint(model: Any, version: Any) -> str:
+    return f"{model}@v{version}" if version is not None else f"{model} (candidate file)"
+
+
+def _summary_cell(c: Comparison, week: str) -> str:
+    """One comparison in a few characters: icon, change, reference week, p when it matters.
+
+    The reference week drops its year when it is ``week``'s (``W48``, not ``2026-W48``).
+    """
+    if c.reference == NO_REFERENCE or c.delta is None:
+        what = "first week, the baseline" if c.verdict == Verdict.BASELINE else c.reason
+        return f"{_icon(c.verdict)} {what.split(':')[0]}"  # the cause; its detail is below
+    reference_week = c.reference_week or ""
+    notes = [reference_week[5:] if reference_week[:5] == week[:5] else reference_week]
+    if c.verdict != Verdict.PASS and c.p_adjusted is not None:
+        notes.append(f"p={c.p_adjusted:.1g}")
+    note = ", ".join(n for n in notes if n)
+    return f"{_icon(c.verdict)} {c.change}" + (f" ({note})" if note else "")
+
+
+def summary_table(report: GateReport) -> list[str]:
+    """Markdown lines: one row per checkpoint x evalset x metric, its references side by side.
+
+    Narrow enough for the Prefect UI's artifact panel: the change against each reference (points
+    for accuracy-type metrics), its week, and p where the verdict is not PASS. Slices,
+    tolerances, flips and reasons are in the gate details.
+    """
+    overall = [c for c in report.comparisons if not c.slice]
+    if not overall:
+        return ["Nothing to compare yet."]
+    present = {c.reference for c in overall}
+    columns = [r for r in REFERENCE_COLUMNS if r in present] or [NO_REFERENCE]
+    rows: dict[tuple[Any, ...], dict[str, Comparison]] = {}
+    for c in overall:
+        key = (c.model, c.version, c.evalset, c.metric)
+        column = c.reference if c.reference in REFERENCE_COLUMNS else NO_REFERENCE
+        rows.setdefault(key, {}).setdefault(column, c)
+
+    def order(cells: dict[str, Comparison]) -> tuple[bool, int]:
+        """Gating rows first, each group worst first (as the details table orders them)."""
+        gating = any(c.gating for c in cells.values())
+        return not gating, -max(SEVERITY[c.verdict] for c in cells.values())
+
+    body = []
+    for (model, version, evalset, metric), cells in sorted(
+        rows.items(), key=lambda item: order(item[1])
+    ):
+        now = next((c.value for c in cells.values() if c.value is not None), None)
+        if NO_REFERENCE in cells:  # a whole-evaluation verdict: say it under the first reference
+            spread = [_summary_cell(cells[NO_REFERENCE], report.week)] + [""] * (len(columns) - 1)
+        else:
+            spread = [_summary_cell(cells[r], report.week) if r in cells else "" for r in columns]
+        who = "every checkpoint" if model == "*" else _checkpoint(model, version)
+        body.append([who, evalset, "" if metric == "*" else metric, _fmt(now), *spread])
+    headers = ["checkpoint", "evalset", "metric", "now"]
+    headers += [REFERENCE_COLUMNS.get(r, "verdict") for r in columns]
+    return _table(headers, body)
+
+
+def metrics_table(
+    evaluations: Sequence[Mapping[str, Any]], metrics: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The overall metrics as JSON-safe rows for a table artifact, rounded for reading.
+
+    Values keep ``DISPLAY_DIGITS`` significant digits and at least as many decimals
+    (0.8820, 12.3457, 0.0001235); NaN and infinities become None.
+    """
+    by_eval = {e["evaluation_id"]: e for e in evaluations}
+    return [
+        {
+            "checkpoint": _checkpoint(e["model"], e.get("version")),
+            "stage": e.get("stage"),
+            "evalset": m["evalset"],
+            "metric": m["metric"],
+            "value": rounded(m["value"]),
+            "ci_low": rounded(m.get("ci_low")),
+            "ci_high": rounded(m.get("ci_high")),
+            "n": None if m.get("n") is None else int(m["n"]),
+        }
+        for m in metrics
+        if not m["slice"] and (e := by_eval.get(m["evaluation_id"])) is not None
+    ]
+
+
+def rounded(value: Any) -> float | None:
+    """``value`` rounded to ``DISPLAY_DIGITS`` decimals, or more to keep that many significant digits.
+
+    None for a missing, NaN or infinite value (JSON has neither).
+    """
+    if value is None or not math.isfinite(number := float(value)):
+        return None
+    if number == 0:
+        return 0.0
+    exponent = math.floor(math.log10(abs(number)))
+    return round(number, max(DISPLAY_DIGITS, DISPLAY_DIGITS - 1 - exponent))
+
+
+def browser_link(fs: Any, path: str, *, expiry: timedelta = LINK_EXPIRY) -> tuple[str, str]:
+    """A link to ``path`` for a browser on another machine, and what a reader should know of it.
+
+    An object store that can sign (S3, GCS with a service account) gives a presigned URL valid
+    for ``expiry``; a local file gives its ``file://`` URL, which only that host can open; any
+    other store gives its URL, and says it cannot be opened from a browser.
+    """
+    location = str(fs.unstrip_protocol(path))
+    if location.startswith("file://"):  # as_uri escapes what would end a Markdown link
+        return PurePosixPath(path).as_uri(), "a file on the worker's host: open it there"
+    try:
+        url = str(fs.sign(path, expiration=int(expiry.total_seconds())))
+    except Exception:  # noqa: BLE001 - NotImplementedError, or no credentials that can sign
+        return location, "this store cannot sign a browser link: fetch it with your storage tools"
+    until = datetime.now(UTC) + expiry
+    return url, f"signed link, valid until {until:%Y-%m-%d %H:%M} UTC"
+
+
+def file_stem(name: str) -> str:
+    """``name`` as one safe file-name segment: other characters become ``-``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")[:100] or "report"
+
+
 def weekly_markdown(
     report: GateReport,
     evaluations: Sequence[Mapping[str, Any]],
@@ -127,12 +283,33 @@ def weekly_markdown(
     validations: Mapping[str, Mapping[str, Any]],
     drifts: Sequence[Any] = (),
 ) -> str:
-    """The weekly report: verdicts, metrics with CIs, lineage, cost, data validation, drift."""
-    lines = [gate_markdown(report, include_slices=False).rstrip(), "", "### Metrics", ""]
+    """The weekly report, headline and compact summary first, then the details.
+
+    The summary fits the Prefect UI's artifact panel; below it come the gate's full table
+    (tolerance, p, flips, why), metrics with CIs, lineage, cost, data validation and drift.
+    """
+    details = gate_markdown(report, include_slices=False).rstrip().splitlines()
+    if details and details[0].startswith("#"):  # its heading: this report has its own
+        details = details[1:]
+    lines = [
+        f"## evalsentry {report.week} — {VERDICT_MARK[report.verdict]}",
+        "",
+        f"**{report.headline()}**",
+        "",
+        *summary_table(report),
+        "",
+        "### Gate details",
+        *details,
+        "",
+        "### Metrics",
+        "",
+    ]
     by_eval = {e["evaluation_id"]: e for e in evaluations}
     rows = [
         [
-            f"{by_eval[m['evaluation_id']]['model']}@v{by_eval[m['evaluation_id']]['version']}",
+            _checkpoint(
+                by_eval[m["evaluation_id"]]["model"], by_eval[m["evaluation_id"]].get("version")
+            ),
             by_eval[m["evaluation_id"]]["stage"],
             m["evalset"],
             m["metric"],
@@ -165,7 +342,7 @@ def weekly_markdown(
         ],
         [
             [
-                f"{e['model']}@v{e.get('version')}",
+                _checkpoint(e["model"], e.get("version")),
                 e["status"] if e["status"] == "ok" else f"error: {e.get('error')}",
                 str(e.get("git_sha") or "")[:10] + ("+dirty" if e.get("git_dirty") else ""),
                 str(e.get("data_sha") or "")[:12],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 
 import yaml
@@ -50,9 +51,20 @@ def test_every_deployment_parses_and_its_entrypoint_imports() -> None:
 
 
 def test_automation_example_is_valid_for_the_prefect_api() -> None:
-    """The regression-alert automation parses as a Prefect automation on our event."""
+    """The alert automation parses, fires on the week's summary event, and posts it back as JSON."""
     from prefect.events.schemas.automations import AutomationCore
+    from prefect.server.utilities.user_templates import render_user_template_sync
+
+    from evalsentry.alerts import summary
+    from evalsentry.gate import Comparison, GateReport, Verdict
+    from tasks.events import WEEK_FAILED
 
     document = yaml.safe_load((ROOT / "automations" / "regression-alert.yaml").read_text())
     automation = AutomationCore.model_validate(document)
-    assert automation.trigger.expect == {"evalsentry.regression.detected"}
+    assert automation.trigger.expect == {WEEK_FAILED}  # type: ignore[union-attr]
+    (action,) = automation.actions
+    assert action.type == "call-webhook"
+    failed = Comparison("e", "2026-W41", "m", 2, "s", "previous-week", "accuracy", Verdict.FAIL, "")
+    payload = summary(GateReport("2026-W41", [failed]), run_name="weekly-eval-2026-W41")
+    body = render_user_template_sync(action.payload, {"event": {"payload": payload}})  # type: ignore[union-attr]
+    assert json.loads(body) == payload

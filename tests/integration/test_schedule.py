@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-import json
+import itertools
 import time
-import urllib.request
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
-from tests.integration.prefect_server import server_errors
+from tests.integration.prefect_server import api, server_errors
 
 pytestmark = pytest.mark.integration
 
 SCHEDULER_WAIT_S = 90
-
-
-def _api(env: dict[str, str], path: str, body: dict[str, Any] | None = None) -> Any:
-    request = urllib.request.Request(
-        env["PREFECT_API_URL"] + path,
-        data=None if body is None else json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-        method="GET" if body is None else "POST",
-    )
-    with urllib.request.urlopen(request, timeout=30) as reply:  # noqa: S310 - the test's own loopback server
-        return json.loads(reply.read())
 
 
 def _next_monday_0600(after: datetime) -> datetime:
@@ -41,7 +28,7 @@ def test_server_creates_the_monday_runs_of_the_deployed_schedule(server: dict[st
     With SQLAlchemy 2.1 the scheduler fails on every loop and this list stays empty.
     (A worker executing a triggered run to its final state: test_server_worker.py.)
     """
-    deployment = _api(server, "/deployments/name/weekly-eval/weekly-eval")
+    deployment = api(server, "GET", "/deployments/name/weekly-eval/weekly-eval")
     assert [s["schedule"]["cron"] for s in deployment["schedules"]] == ["0 6 * * 1"]
     query = {
         "deployments": {"id": {"any_": [deployment["id"]]}},
@@ -49,7 +36,7 @@ def test_server_creates_the_monday_runs_of_the_deployed_schedule(server: dict[st
         "sort": "EXPECTED_START_TIME_ASC",
     }
     deadline = time.monotonic() + SCHEDULER_WAIT_S
-    while not (runs := _api(server, "/flow_runs/filter", query)):
+    while not (runs := api(server, "POST", "/flow_runs/filter", query)):
         assert time.monotonic() < deadline, (
             f"no scheduled weekly-eval run after {SCHEDULER_WAIT_S} s: the server's scheduler "
             f"created none; the server's log says:\n{server_errors(server)}"
@@ -62,4 +49,4 @@ def test_server_creates_the_monday_runs_of_the_deployed_schedule(server: dict[st
         for s in starts
     ), starts
     assert starts[0] == _next_monday_0600(datetime.now(UTC))
-    assert all(b - a == timedelta(days=7) for a, b in zip(starts, starts[1:], strict=False))
+    assert all(b - a == timedelta(days=7) for a, b in itertools.pairwise(starts))

@@ -2,83 +2,115 @@
 
 from __future__ import annotations
 
-import os
-import signal
+import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from evalsentry.registry import Registry
-from tests.integration.prefect_server import PREFECT, ROOT, prefect, read_run, trigger
+from tests.integration.prefect_server import (
+    PREFECT,
+    ROOT,
+    client_script,
+    prefect,
+    read_logs,
+    read_run,
+    run_week,
+    trigger,
+)
 
 pytestmark = pytest.mark.integration
-
-
-def _run_week(env: dict[str, str], week: str, config: Path) -> dict[str, object]:
-    flow_run_id = trigger(env, week, config)
-    prefect(
-        env, "worker", "start", "--pool", "gpu", "--run-once", "--type", "process", timeout=300
-    )
-    return read_run(env, flow_run_id)
 
 
 def test_deployed_weekly_eval_runs_on_a_process_worker(
     server: dict[str, str], tmp_path: Path, toy_evalset: Path, toy_checkpoints: dict[str, Path]
 ) -> None:
-    """A deployed weekly-eval run by a real worker completes, then fails on a promoted regression."""
+    """A deployed weekly-eval run by a real worker completes, then fails on a promoted regression.
+
+    The Failed week reads as a verdict: a one-line state message led by the headline, each
+    problem its own log line, and no traceback in the run's log or the worker's output. A run
+    triggered for a past week is named as a backfill; one the deployment's schedule made, as
+    scheduled.
+    """
     config = tmp_path / "evalsentry.yaml"
     config.write_text(f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n")
     registry = Registry(str(tmp_path / "registry"))
     registry.register(toy_checkpoints["good"], "toy-model", stage="production")
 
-    first = _run_week(server, "2026-W40", config)
-    assert first["name"] == "weekly-eval-2026-W40" and first["state"] == "COMPLETED", first
+    first = run_week(server, "2026-W40", config)
+    assert re.fullmatch(r"weekly-eval-2026-W40-backfill-[0-9a-f]{6}", str(first["name"])), first
+    assert first["state"] == "COMPLETED", first
     assert {"weekly-eval-report", "weekly-eval-metrics", "weekly-eval-report-file"} <= set(
         first["artifacts"]
     )
 
     entry = registry.register(toy_checkpoints["degraded"], "toy-model")
     registry.promote("toy-model", entry.version, "production")
-    second = _run_week(server, "2026-W41", config)
-    assert second["state"] == "FAILED", second
-    assert "toy-model@v2 on toy: accuracy vs previous-week" in str(second["message"])
-
-
-def test_fan_out_runs_one_child_flow_per_checkpoint_on_the_workers(
-    server: dict[str, str], tmp_path: Path, toy_evalset: Path, toy_checkpoints: dict[str, Path]
-) -> None:
-    """weekly-eval with fan_out: child evaluate-one runs on the pool's worker; the parent gathers and gates."""
-    from evalsentry.history import History
-
-    config = tmp_path / "evalsentry.yaml"
-    config.write_text(f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n")
-    registry = Registry(str(tmp_path / "registry"))
-    registry.register(toy_checkpoints["good"], "good", stage="production")
-    registry.register(toy_checkpoints["degraded"], "degraded", stage="production")
-    flow_run_id = trigger(server, "2026-W40", config, "--param", "fan_out=true")
-    worker = subprocess.Popen(
-        [PREFECT, "worker", "start", "--pool", "gpu", "--type", "process"],
-        env={**server, "PREFECT_WORKER_QUERY_SECONDS": "2"},
+    flow_run_id = trigger(server, "2026-W41", config)
+    worker = subprocess.run(
+        [PREFECT, "worker", "start", "--pool", "gpu", "--run-once", "--type", "process"],
+        env=server,
         cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    try:
-        deadline = time.monotonic() + 300
-        while (run := read_run(server, flow_run_id))["state"] not in (
-            "COMPLETED",
-            "FAILED",
-            "CRASHED",
-        ):
-            assert time.monotonic() < deadline, run
-            time.sleep(2)
-    finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(timeout=60)
-    assert run["state"] == "COMPLETED", run
-    evaluations = History(str(tmp_path / "store")).evaluations()
-    assert sorted(evaluations["model"]) == ["degraded", "good"]
-    assert evaluations["run_id"].nunique() == 1  # the children recorded under the parent's run
+    second = read_run(server, flow_run_id)
+    assert second["state"] == "FAILED", second
+    message = str(second["message"])
+    assert message.startswith("2026-W41: FAIL toy-model@v2 accuracy -") and "\n" not in message
+    assert "toy-model@v2 on toy: accuracy vs previous-week" in message
+    lines = [str(log["message"]) for log in read_logs(server, flow_run_id)]
+    assert message.partition(" | ")[0] in lines  # the headline, as a log line of its own
+    assert any(line.startswith("FAIL toy-model@v2 on toy: accuracy vs previous") for line in lines)
+    for text in (*lines, worker.stdout, worker.stderr):
+        assert "Traceback" not in text and "exited with unexpected exception" not in text, text
+
+    scheduled = _a_scheduled_run_moved_to_now(server, config)
+    _run_worker_once(server)
+    run = read_run(server, scheduled)
+    assert re.fullmatch(r"weekly-eval-\d{4}-W\d{2}-scheduled-[0-9a-f]{6}", str(run["name"])), run
+
+
+SCHEDULER_WAIT_S = 90
+MOVE_SCHEDULED_RUN = """
+import sys, time
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    DeploymentFilter, DeploymentFilterName, FlowRunFilter, FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.sorting import FlowRunSort
+from prefect.states import Scheduled
+with get_client(sync_client=True) as client:
+    deadline = time.monotonic() + float(sys.argv[2])
+    while not (runs := [r for r in client.read_flow_runs(
+        deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["weekly-eval"])),
+        flow_run_filter=FlowRunFilter(
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))
+        ),
+        sort=FlowRunSort.EXPECTED_START_TIME_DESC,
+    ) if r.auto_scheduled]):
+        assert time.monotonic() < deadline, "the server's scheduler made no weekly-eval run"
+        time.sleep(1)
+    client.update_flow_run(runs[0].id, parameters={**runs[0].parameters, "config": sys.argv[1]})
+    client.set_flow_run_state(runs[0].id, Scheduled(), force=True)
+    print(runs[0].id)
+"""
+
+
+def _a_scheduled_run_moved_to_now(env: dict[str, str], config: Path) -> str:
+    """The last run the server's scheduler made (for a coming Monday), due now, reading ``config``.
+
+    The last, not the next: the next Monday's run stays for test_schedule.py to find.
+    """
+    return client_script(
+        MOVE_SCHEDULED_RUN, env, str(config), str(SCHEDULER_WAIT_S), timeout=SCHEDULER_WAIT_S + 60
+    )
+
+
+def _run_worker_once(env: dict[str, str]) -> None:
+    """One process worker picks up the due runs of the gpu pool and runs them to their end."""
+    prefect(env, "worker", "start", "--pool", "gpu", "--run-once", "--type", "process", timeout=300)

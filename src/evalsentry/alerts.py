@@ -1,0 +1,172 @@
+"""The one alert of a failed run: counts and the worst rows, rounded and JSON-safe.
+
+A failed week can hold many FAIL and ERROR comparisons (each metric, slice and reference of
+each model). An alert per comparison buries the reader; this module folds them into one
+summary an automation posts once: how many of each verdict, the worst few rows with numbers
+rounded for reading, and a ``text`` line block that chat webhooks (Slack, Mattermost) show as is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from evalsentry.gate import SEVERITY, Comparison, GateReport, Verdict
+
+if TYPE_CHECKING:
+    from evalsentry.drift import DriftResult
+
+WORST_ROWS = 5
+VALUE_DIGITS = 4  # metric values and drops: decimal places
+P_DIGITS = 2  # p-values: significant figures
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a plain float; None for a missing, NaN or infinite one (JSON has neither)."""
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _number(value: Any) -> float | None:
+    """A metric value or drop, rounded to ``VALUE_DIGITS`` places."""
+    number = _finite(value)
+    return None if number is None else round(number, VALUE_DIGITS)
+
+
+def _p(value: Any) -> float | None:
+    """A p-value to ``P_DIGITS`` significant figures: 1.2e-05 stays distinguishable from 0."""
+    number = _finite(value)
+    return None if number is None else float(f"{number:.{P_DIGITS}g}")
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def comparison_row(comparison: Comparison) -> dict[str, Any]:
+    """One comparison as the alert shows it: who, what, against what, and the rounded numbers."""
+    flips = (
+        None
+        if comparison.newly_wrong is None
+        else {
+            "newly_wrong": int(comparison.newly_wrong),
+            "newly_right": _int(comparison.newly_right),
+        }
+    )
+    return {
+        "verdict": str(comparison.verdict),
+        "model": comparison.model,
+        "version": _int(comparison.version),
+        "evalset": comparison.evalset,
+        "metric": comparison.metric,
+        "slice": comparison.slice,
+        "reference": comparison.reference,
+        "was": _number(comparison.reference_value),
+        "now": _number(comparison.value),
+        "drop": _number(comparison.drop),
+        "tolerance": _number(comparison.tolerance),
+        "p": _p(comparison.p_adjusted),
+        "flips": flips,
+        "reason": comparison.reason,
+    }
+
+
+def drift_row(result: DriftResult) -> dict[str, Any]:
+    """One failed drift check as the alert shows it."""
+    return {
+        "evalset": result.evalset,
+        "model": result.model,
+        "feature": result.feature,
+        "kind": result.kind,
+        "psi": _number(result.psi),
+        "p": _p(result.p_adjusted),
+    }
+
+
+def _worst_first(comparison: Comparison) -> tuple[int, float, float]:
+    """Sort key: ERROR before FAIL, then the larger drop, then the smaller p-value."""
+    drop = (
+        comparison.drop if comparison.drop is not None and math.isfinite(comparison.drop) else 0.0
+    )
+    p = comparison.p_adjusted if comparison.p_adjusted is not None else 1.0
+    return (-SEVERITY[comparison.verdict], -drop, p)
+
+
+def _line(row: dict[str, Any], comparison: Comparison) -> str:
+    text = f"{row['verdict']} {comparison.label}"
+    if row["was"] is not None and row["now"] is not None:
+        text += f": {row['was']} -> {row['now']} (drop {row['drop']}"
+        if row["p"] is not None:
+            text += f", p={row['p']}"
+        if row["flips"] is not None:
+            text += f", flips -{row['flips']['newly_wrong']}/+{row['flips']['newly_right']}"
+        text += ")"
+    elif row["reason"]:
+        text += f": {row['reason']}"
+    return text
+
+
+def summary(
+    report: GateReport,
+    drifted: Sequence[DriftResult] = (),
+    *,
+    title: str | None = None,
+    run_name: str | None = None,
+    run_url: str | None = None,
+    limit: int = WORST_ROWS,
+) -> dict[str, Any]:
+    """The payload of the one alert for a failed run (a week, or a candidate).
+
+    Args:
+        report: the gate's report; its gating FAIL, ERROR and WARN comparisons are counted.
+        drifted: drift checks that failed the run (counted, and listed up to ``limit``).
+        title: the first line of ``text``; ``"<week> failed"`` unless given.
+        run_name: the flow run's name, shown and returned when known.
+        run_url: a link to the flow run, shown and returned when known.
+        limit: how many of the worst rows to include; ``more`` counts the rest.
+
+    Returns:
+        A dict of plain JSON types (no NaN, no numpy scalars): ``week``, ``gate`` (the
+        worst gating verdict: PASS when only drift failed the run),
+        ``counts`` (FAIL, ERROR, WARN, DRIFT), ``models``, ``worst``, ``more``, ``drift``,
+        ``run`` and ``text``.
+    """
+    bad = sorted(report.errors + report.failures, key=_worst_first)
+    shown = bad[:limit]
+    rows = [comparison_row(c) for c in shown]
+    drift_rows = [drift_row(d) for d in drifted[:limit]]
+    counts = {
+        str(Verdict.FAIL): len(report.failures),
+        str(Verdict.ERROR): len(report.errors),
+        str(Verdict.WARN): len(report.warnings),
+        "DRIFT": len(drifted),
+    }
+    heading = title or f"{report.week} failed"
+    lines = [
+        f"evalsentry: {heading}: {counts['FAIL']} regression(s), {counts['ERROR']} error(s), "
+        f"{counts['WARN']} warning(s), {counts['DRIFT']} drift failure(s)"
+    ]
+    lines += [_line(row, c) for row, c in zip(rows, shown, strict=True)]
+    if len(bad) > limit:
+        lines.append(f"... and {len(bad) - limit} more")
+    lines += [
+        " ".join(["DRIFT", d["evalset"], *([d["model"]] if d["model"] else []), d["feature"]])
+        + f": PSI {d['psi']}, p={d['p']}"
+        for d in drift_rows
+    ]
+    if run_url or run_name:
+        lines.append(f"run: {run_url or run_name}")
+    return {
+        "week": report.week,
+        "gate": str(report.verdict),
+        "counts": counts,
+        "models": sorted({c.model for c in bad if c.model != "*"}),
+        "worst": rows,
+        "more": max(len(bad) - limit, 0),
+        "drift": drift_rows,
+        "run": {"name": run_name, "url": run_url},
+        "text": "\n".join(lines),
+    }
