@@ -7,17 +7,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from prefect import flow, get_run_logger, runtime
-from prefect.states import Failed
+from prefect.client.schemas.objects import State
+from prefect.context import FlowRunContext
 
 from evalsentry.config import Config, load_config
 from evalsentry.cost import CostMeter
-from evalsentry.errors import EvalsentryError, UsageError
+from evalsentry.drift import DriftResult
+from evalsentry.errors import EvalsentryError, HistoryError, RegistryError, UsageError
 from evalsentry.evalsets import Evalset, list_evalsets
 from evalsentry.gate import Comparison, GateReport, Verdict
-from evalsentry.history import iso_week, now_utc
+from evalsentry.history import History, iso_week, now_utc
 from evalsentry.names import check_week
-from evalsentry.pipeline import Outcome, Target, new_run_id
+from evalsentry.pipeline import WEEKLY_STAGES, Outcome, Target, new_run_id
 from flows.dask_cluster import dask_runner
+from flows.runs import RUN_ID_CHARS, fail, short_id
 from tasks import events
 from tasks.drift import check_drift
 from tasks.evalsets import load_evalset, validate_evalset
@@ -36,11 +39,39 @@ def resolve_week(week: str | None) -> str:
     return iso_week(scheduled if scheduled is not None else now_utc())
 
 
+def run_kind(week: str | None) -> str:
+    """``scheduled`` (made by a deployment schedule), ``backfill`` (an earlier week), or ``manual``."""
+    context = FlowRunContext.get()
+    if context is not None and context.flow_run is not None and context.flow_run.auto_scheduled:
+        return "scheduled"
+    if week and check_week(week) < resolve_week(None):
+        return "backfill"
+    return "manual"
+
+
 def _run_name() -> str:
+    """``weekly-eval-<week>-<scheduled|manual|backfill>-<id>``; a report file is named the same."""
+    week = runtime.flow_run.parameters.get("week")
     try:
-        return f"weekly-eval-{resolve_week(runtime.flow_run.parameters.get('week'))}"
+        return f"weekly-eval-{resolve_week(week)}-{run_kind(week)}-{short_id()}"
     except EvalsentryError:  # the flow itself fails on the bad week, with the message
-        return "weekly-eval-invalid-week"
+        return f"weekly-eval-invalid-week-{short_id()}"
+
+
+def _verdict(report: GateReport, drifted: Sequence[DriftResult]) -> State:
+    """The Failed end of a week: headline first, one line per FAIL, ERROR and failed drift."""
+    drift = [
+        " ".join(filter(None, ["DRIFT", d.evalset, d.model, f"{d.feature}:"]))
+        + f" PSI {d.psi:.3f}, p={d.p_adjusted:.2g}"
+        for d in drifted
+    ]
+    if report.problems:
+        headline = report.headline() + (f", drift in {len(drift)} feature(s)" if drift else "")
+    else:
+        headline = f"{report.week}: {drift[0]}" + (
+            f" and {len(drift) - 1} more" if len(drift) > 1 else ""
+        )
+    return fail(headline, [c.describe() for c in report.problems] + drift)
 
 
 def _invalid(evalset: str, week: str, error: str) -> Comparison:
@@ -97,13 +128,26 @@ FAN_OUT_POLL_S = 2.0
 def _fan_out(
     jobs: Sequence[Job], settings: Config, run_id: str, week: str, device: str, config: str
 ) -> list[Outcome]:
-    """Run each job as a child flow run of the `evaluate-one` deployment; gather from the history."""
+    """Run each job as a child flow run of the `evaluate-one` deployment; gather from the history.
+
+    Fails first when no worker polls the deployment's work queue: the children would wait forever.
+    """
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import WorkQueueStatus
     from prefect.deployments import run_deployment
 
     from evalsentry.history import History
     from evalsentry.pipeline import outcomes_of_run
 
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name(FAN_OUT_DEPLOYMENT)
+        pool, queue = deployment.work_pool_name, deployment.work_queue_name
+        if client.read_work_queue_by_name(queue, pool).status != WorkQueueStatus.READY:
+            raise UsageError(
+                f"no worker has polled work queue {queue!r} of pool {pool!r} in the last minute: "
+                f"start one per GPU host (prefect worker start --pool {pool} --work-queue {queue} "
+                "--limit 1)"
+            )
     children = [
         run_deployment(
             FAN_OUT_DEPLOYMENT,
@@ -181,7 +225,7 @@ def weekly_eval(
     week: str | None = None,
     models: list[str] | None = None,
     evalsets: list[str] | None = None,
-    stages: Sequence[str] = ("production", "candidate"),
+    stages: Sequence[str] = WEEKLY_STAGES,
     device: str = "auto",
     config: str = "evalsentry.yaml",
     task_runner: str = "thread",
@@ -200,9 +244,22 @@ def weekly_eval(
     settings = load_config(config)
     week = resolve_week(week)
     run_id = new_run_id()
-    targets = resolve_targets(settings.registry_url, models, list(stages))
+    try:
+        History(settings.store_url).check_root()  # in seconds, not after the week's inference
+    except HistoryError as exc:
+        return fail(f"{week}: ERROR the store is unusable", [str(exc)])
+    try:
+        targets = resolve_targets(settings.registry_url, models, list(stages))
+    except RegistryError as exc:  # nothing to evaluate is never a pass
+        return fail(f"{week}: ERROR nothing to evaluate", [str(exc)])
     names = evalsets or list_evalsets(settings.evalsets_dir)
-    logger.info("%s: %d checkpoint(s) x %d evalset(s)", week, len(targets), len(names))
+    logger.info(
+        "%s: %d checkpoint(s) x %d evalset(s), history run id %s",
+        week,
+        len(targets),
+        len(names),
+        run_id,
+    )
 
     validations, invalid = _validate_all(names, settings.evalsets_dir, week)
     loaded = {
@@ -229,7 +286,9 @@ def weekly_eval(
             events.checkpoint_failed(outcome.evaluation)
 
     report = gate_week(settings.store_url, week, settings.gate, settings.evalsets_dir, models)
-    report = GateReport(week, invalid + report.comparisons)
+    # When every evalset was invalid, their ERROR rows say why nothing ran; the gate's
+    # "nothing evaluated" would only repeat it.
+    report = GateReport(week, invalid + (report.comparisons if outcomes or not invalid else []))
     created = now_utc()
     write_comparisons(
         settings.store_url, [c.row(run_id, created) for c in report.comparisons if c.evaluation_id]
@@ -239,21 +298,25 @@ def weekly_eval(
         if result.verdict != "PASS":
             events.drift(result, week)
     location = publish_report(
-        settings.store_url, report, outcomes, validations, drifts=drifts, config=settings
+        settings.store_url,
+        report,
+        outcomes,
+        validations,
+        run_name=runtime.flow_run.name or f"weekly-eval-{week}-{run_id[:RUN_ID_CHARS]}",
+        drifts=drifts,
+        config=settings,
     )
     logger.info("report: %s", location)
+    for comparison in report.warnings:
+        logger.warning(comparison.describe())
 
     bad = report.errors + report.failures
     for comparison in bad:
         events.regression(comparison, week)
     drifted = [d for d in drifts if d.verdict == "FAIL"] if settings.drift.fail_run else []
     if bad or drifted:
-        lines = [report.message()] if bad else []
-        lines += [
-            f"DRIFT {d.evalset} {d.model or ''} {d.feature}: PSI {d.psi:.3f}, p={d.p_adjusted:.2g}"
-            for d in drifted
-        ]
-        return Failed(message="\n".join(lines))
+        events.week_failed(report, drifted)  # the one alert of a failed week
+        return _verdict(report, drifted)
     return {
         "week": week,
         "verdict": str(report.verdict),

@@ -63,7 +63,10 @@ def evaluate(
     meter: CostMeter | None = None,
     validation: dict[str, object] | None = None,
 ) -> Outcome:
-    """Evaluate one checkpoint on one evalset; a broken checkpoint returns an error outcome.
+    """Evaluate one checkpoint on one evalset; a broken checkpoint or model returns an error outcome.
+
+    The model runs in a child process that ``config.inference_timeout_s`` kills (no Prefect
+    ``timeout_seconds``: on a task in a thread it only marks the run TimedOut, the thread runs on).
 
     ``meter`` is the run's energy tracker when tasks share a process (threads); without one (a
     Dask worker, a child flow run) the task uses its process's own tracker, started once.

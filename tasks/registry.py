@@ -7,22 +7,21 @@ from collections.abc import Sequence
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from evalsentry.errors import NotRegistered
+from evalsentry import pipeline
 from evalsentry.pipeline import Target
 from evalsentry.registry import Registry
+from tasks import unless_usage_error
 
 
-@task(name="resolve-checkpoints", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+@task(
+    name="resolve-checkpoints",
+    cache_policy=NO_CACHE,
+    retries=2,
+    retry_delay_seconds=2,
+    retry_condition_fn=unless_usage_error,
+)
 def resolve_targets(
     registry_url: str, models: Sequence[str] | None, stages: Sequence[str]
 ) -> list[Target]:
-    """The newest version of each model in each stage (a stage with no version is skipped)."""
-    registry = Registry(registry_url)
-    targets = []
-    for model in models or registry.models():
-        for stage in stages:
-            try:
-                targets.append(Target.from_entry(registry.resolve(model, stage)))
-            except NotRegistered:
-                continue
-    return targets
+    """The newest version of each model in each stage; fails when that is nothing."""
+    return pipeline.resolve_targets(Registry(registry_url), models, stages)

@@ -38,3 +38,63 @@ class Marker:
         import os
 
         return (os.system, (f"touch {self.path}",))
+
+
+# Broken models: each builds and loads like TinyNet (same weights), then fails in its forward.
+
+
+class RaisingNet(TinyNet):
+    """A forward that raises."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("boom: this forward is broken")
+
+
+class FlatNet(TinyNet):
+    """A 1-D output (one score per example) where a classifier's logits are due."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x.flatten(1))[:, 0]
+
+
+class TupleNet(TinyNet):
+    """A tuple (logits, features) where a tensor is due."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        return self.body(x.flatten(1)), x.flatten(1)
+
+
+class SleepingNet(TinyNet):
+    """A forward that never returns."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import time
+
+        time.sleep(10**6)
+        return self.body(x.flatten(1))
+
+
+class StuckInC(TinyNet):
+    """A forward stuck in C code that holds the GIL: a catastrophically backtracking regex."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import re
+
+        re.match(r"(a*)*b", "a" * 64)  # exponential in C, never releases the GIL
+        return self.body(x.flatten(1))
+
+
+class CrashingNet(TinyNet):
+    """A forward that kills its own process, as a segfault in an extension would."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGSEGV)
+        return self.body(x.flatten(1))
+
+
+def exploding_factory(features: int = 4, classes: int = 3, hidden: int = 8) -> TinyNet:
+    """A factory that raises while building the model."""
+    raise ValueError(f"cannot build a {features}x{hidden}x{classes} net today")

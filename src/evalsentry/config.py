@@ -7,16 +7,41 @@ from any working directory. A missing file means the defaults: a fresh clone wor
 from __future__ import annotations
 
 import re
+from datetime import date, datetime
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evalsentry.errors import ConfigError
 
 CONFIG_FILE = "evalsentry.yaml"
 _TOLERANCE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(%?)\s*")
+#: The per-metric tolerances a config starts from; ``gate.metrics`` in a file overrides them
+#: key by key (a file that sets only ``accuracy`` keeps ``ece`` at 0.02 absolute).
+DEFAULT_METRIC_TOLERANCES: dict[str, float | str] = {
+    "accuracy": 0.01,
+    "top5_accuracy": 0.01,
+    "macro_f1": 0.01,
+    "nll": "10%",
+    "ece": 0.02,
+}
+#: Seconds one evaluation (building the model and running it over the evalset) may take before
+#: its process is killed and the pair recorded as an error: generous, a backstop against hangs.
+DEFAULT_INFERENCE_TIMEOUT_S = 3600.0
+#: The field that holds the folder relative locations resolve in: set from the file's place,
+#: never by the file itself.
+_ROOT = "root"
+#: How YAML keys that are not text read to a person (``1:``, ``null:``, ``2026-01-01:``).
+_KEY_KINDS: dict[type, str] = {
+    bool: "true/false",
+    int: "a number",
+    float: "a number",
+    type(None): "null",
+    date: "a date",
+    datetime: "a date",
+}
 
 
 class Tolerance(BaseModel):
@@ -57,11 +82,7 @@ class GatePolicy(BaseModel):
     default: Tolerance = Tolerance()
     metrics: dict[str, Tolerance] = Field(
         default_factory=lambda: {
-            "accuracy": Tolerance(max_drop=0.01),
-            "top5_accuracy": Tolerance(max_drop=0.01),
-            "macro_f1": Tolerance(max_drop=0.01),
-            "nll": Tolerance(max_drop="10%"),
-            "ece": Tolerance(max_drop=0.02),
+            name: Tolerance(max_drop=drop) for name, drop in DEFAULT_METRIC_TOLERANCES.items()
         },
         description="per-metric tolerances; metrics not listed use `default`",
     )
@@ -117,7 +138,30 @@ class Config(BaseModel):
     gate: GatePolicy = GatePolicy()
     cost: CostRates = CostRates()
     drift: DriftPolicy = DriftPolicy()
+    inference_timeout_s: float = Field(
+        DEFAULT_INFERENCE_TIMEOUT_S,
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds one evaluation may run before it is killed and recorded as an error",
+    )
     root: str = Field(".", exclude=True, description="folder the relative locations resolve in")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_metric_tolerances(cls, data: object) -> object:
+        """A document's ``gate.metrics`` overrides the default tolerances key by key.
+
+        Only settings given as data (a YAML or JSON mapping) merge; a ``GatePolicy`` built in
+        code is taken as it is, its ``metrics`` the whole table.
+        """
+        if not isinstance(data, dict):
+            return data
+        gate = data.get("gate")
+        if isinstance(gate, dict) and isinstance(gate.get("metrics"), dict):
+            defaults = {name: {"max_drop": d} for name, d in DEFAULT_METRIC_TOLERANCES.items()}
+            merged = {**defaults, **gate["metrics"]}
+            data = {**data, "gate": {**gate, "metrics": merged}}
+        return data
 
     def resolve(self, location: str) -> str:
         """``location`` as an absolute path, or unchanged when it is a URL (``s3://...``)."""
@@ -148,7 +192,8 @@ def load_config(path: str | Path | None = None) -> Config:
         path: the file; ``None`` means ``./evalsentry.yaml``, and its absence the defaults.
 
     Raises:
-        ConfigError: the file is named but missing, is not YAML, or a field is invalid.
+        ConfigError: the file is named but missing, cannot be read, is not UTF-8 YAML, is not
+            a mapping of named settings, or a field is invalid.
 
     """
     explicit = path is not None
@@ -158,17 +203,57 @@ def load_config(path: str | Path | None = None) -> Config:
             raise ConfigError(file, "", "file not found; create it or drop --config")
         return Config(root=str(Path.cwd()))
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(
-            file, "", f"not valid YAML ({exc.__class__.__name__}); fix the syntax"
+            file, "", f"not UTF-8 text (byte {exc.start}); save the file as UTF-8"
         ) from None
-    if not isinstance(data, dict):
-        raise ConfigError(file, "", "expected a mapping of settings at the top level")
+    except OSError as exc:
+        raise ConfigError(
+            file, "", f"cannot read it ({exc.strerror or exc}); give a readable YAML file"
+        ) from None
+    data = _parse_yaml(file, text)
     try:
-        return Config(**data, root=str(file.resolve().parent))
+        return Config.model_validate({**data, "root": str(file.resolve().parent)})
     except ValidationError as exc:
         raise config_error(file, exc) from None
+
+
+def _parse_yaml(file: Path, text: str) -> dict[str, object]:
+    """The document's top-level mapping, its keys checked to be setting names."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        detail = exc.__class__.__name__
+        if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+            mark = exc.problem_mark
+            detail = exc.problem + (f", line {mark.line + 1}" if mark is not None else "")
+        raise ConfigError(file, "", f"not valid YAML ({detail}); fix the syntax") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            file,
+            "(top level)",
+            f"expected a mapping of settings (like `store: .evalsentry`), got a "
+            f"{type(data).__name__}",
+        )
+    for key in data:
+        if not isinstance(key, str):
+            kind = _KEY_KINDS.get(type(key), f"a {type(key).__name__}")
+            raise ConfigError(
+                file,
+                "null" if key is None else str(key),
+                f"a setting name must be text, not {kind}; remove it or check its spelling",
+            )
+    if _ROOT in data:
+        raise ConfigError(
+            file,
+            _ROOT,
+            "not a setting: relative locations resolve against the folder holding this file; "
+            "remove it",
+        )
+    return data
 
 
 def config_error(file: object, exc: ValidationError) -> ConfigError:

@@ -155,6 +155,10 @@ class NotRegistered(RegistryError):
         super().__init__(f"{what} is not registered.{did_you_mean(name, known)}".rstrip("."))
 
 
+class NothingToEvaluate(RegistryError):
+    """A run resolved no checkpoint: an empty registry, unknown models, or empty stages."""
+
+
 # --- evalsets ---------------------------------------------------------------------------------
 
 

@@ -3,10 +3,9 @@
 An evalset is a folder: ``data/*.parquet`` (zstd), ``evalset.yaml`` (the manifest: spec, Arrow
 schema, each file's sha256 and size) and ``expectations.json`` (a Great Expectations suite).
 
-Identity: ``evalset_sha256`` is sha256 over the canonical JSON (sorted keys, no spaces) of
-``{"files": [[path, sha256], ...] sorted by path, "id_column", "inputs", "target", "task"}``:
-it changes when the data or anything that changes results changes, and not when a description
-is edited. Frozen means every use re-verifies the files against the manifest first.
+Identity: ``evalset_sha256`` hashes the data files and every manifest field that changes
+results, under a versioned scheme (``identity_version``); see ``evalsentry.identity``. Frozen
+means every use re-verifies the files and those fields against the manifest first.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import logging
 import math
 import threading
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,12 +24,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from evalsentry.config import config_error
 from evalsentry.errors import EvalsetError, EvalsetInvalid, EvalsetTampered, did_you_mean
+from evalsentry.identity import check_fields, evalset_identity, identity_gaps
 from evalsentry.names import check_name
 from evalsentry.storage import filesystem, join, sha256_file
+from evalsentry.validation import SUITE_FIX, SuiteDocument
 
 if TYPE_CHECKING:
     import torch
@@ -100,32 +107,38 @@ class EvalsetSpec(BaseModel):
     num_rows: int = Field(ge=0)
     schema_: dict[str, str] = Field(alias="schema")
     files: list[DataFile]
+    identity_version: Literal[1, 2] = 1
     evalset_sha256: str
+    field_sha256: dict[str, str] | None = None
     frozen_at: str
 
+    @field_validator("classes")
+    @classmethod
+    def _distinct_classes(cls, classes: list[int] | list[str] | None) -> Any:
+        if classes is not None and len(set(classes)) != len(classes):
+            raise ValueError("each class may appear once; remove the repeated ones")
+        return classes
+
+    def result_fields(self) -> dict[str, Any]:
+        """The fields that change results (``RESULT_FIELDS``), as canonical JSON values."""
+        return {
+            "task": self.task,
+            "inputs": self.inputs.model_dump(mode="json", exclude_none=True),
+            "target": self.target,
+            "id_column": self.id_column,
+            "classes": self.classes,
+            "metrics": self.metrics,
+            "slices": self.slices,
+        }
+
     def identity(self) -> str:
-        """Recompute ``evalset_sha256`` from the fields that change results."""
-        return evalset_identity(self.files, self.task, self.inputs, self.target, self.id_column)
+        """Recompute ``evalset_sha256`` under this manifest's ``identity_version``."""
+        return evalset_identity(self.files, self.result_fields(), self.identity_version)
 
     @property
     def num_classes(self) -> int | None:
         """Number of classes for classification."""
         return len(self.classes) if self.classes is not None else None
-
-
-def evalset_identity(
-    files: Sequence[DataFile], task: str, inputs: InputsSpec, target: str, id_column: str
-) -> str:
-    """The evalset's identity hash; see the module docstring."""
-    canonical = {
-        "files": sorted([f.path, f.sha256] for f in files),
-        "id_column": id_column,
-        "inputs": inputs.model_dump(mode="json", exclude_none=True),
-        "target": target,
-        "task": task,
-    }
-    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -192,10 +205,15 @@ def list_evalsets(root: str | Path) -> list[str]:
 def _read_text(folder: str | Path, name: str) -> tuple[str, str]:
     fs, base = _locate(folder)
     path = join(base, name)
+    where = join(str(folder), name)
     try:
         return path, fs.cat_file(path).decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EvalsetError(f"{join(str(folder), name)}: cannot read it ({exc})") from None
+    except FileNotFoundError:
+        raise EvalsetError(f"{where}: file missing; {SUITE_FIX}") from None
+    except UnicodeDecodeError as exc:
+        raise EvalsetError(f"{where}: not UTF-8 text (byte {exc.start}); {SUITE_FIX}") from None
+    except OSError as exc:
+        raise EvalsetError(f"{where}: cannot read it ({exc.strerror or exc})") from None
 
 
 def read_spec(folder: str | Path) -> EvalsetSpec:
@@ -218,12 +236,27 @@ def read_manifest_text(folder: str | Path) -> str:
 
 
 def read_suite(folder: str | Path) -> dict[str, Any]:
-    """The stored expectation suite."""
-    path, text = _read_text(folder, SUITE)
+    """The stored expectation suite, its shape checked; errors name the file and field."""
+    text = _read_text(folder, SUITE)[1]
+    where = join(str(folder), SUITE)
     try:
-        return json.loads(text)  # type: ignore[no-any-return]
+        document = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise EvalsetError(f"{path}: cannot read the expectation suite ({exc})") from None
+        raise EvalsetError(
+            f"{where}: not valid JSON ({exc.msg}, line {exc.lineno}); {SUITE_FIX}"
+        ) from None
+    if not isinstance(document, dict):
+        raise EvalsetError(
+            f"{where}: expected a JSON object (a Great Expectations suite), got "
+            f"{type(document).__name__}; {SUITE_FIX}"
+        )
+    try:
+        SuiteDocument.model_validate(document)
+    except ValidationError as exc:
+        error = config_error(where, exc)
+        fix = "" if error.problem.startswith("unknown field") else f"; {SUITE_FIX}"
+        raise EvalsetError(f"{error}{fix}") from None
+    return document
 
 
 def fingerprint(folder: str | Path) -> str:
@@ -261,11 +294,20 @@ def cached_sha256(fs: Any, path: str) -> str:
 
 
 def verify_files(folder: str | Path, spec: EvalsetSpec) -> None:
-    """Check every data file against the manifest: none missing, none extra, none changed.
+    """Check the data files (none missing, extra or changed) and the manifest's fields.
+
+    The fields are checked by ``check_manifest``.
 
     Raises:
         EvalsetTampered: naming the file, the expected and the actual hash.
+        EvalsetFieldChanged: naming the manifest field that changed since freeze.
     """
+    verify_data_files(folder, spec)
+    check_manifest(folder, spec)
+
+
+def verify_data_files(folder: str | Path, spec: EvalsetSpec) -> None:
+    """Check every data file against the manifest: none missing, none extra, none changed."""
     fs, base = _locate(folder)
     listed = {f.path for f in spec.files}
     data = join(base, DATA_DIR)
@@ -281,8 +323,16 @@ def verify_files(folder: str | Path, spec: EvalsetSpec) -> None:
         actual = cached_sha256(fs, path)
         if actual != pinned.sha256:
             raise EvalsetTampered(join(str(folder), pinned.path), pinned.sha256, actual)
-    if spec.identity() != spec.evalset_sha256:
-        raise EvalsetTampered(join(str(folder), MANIFEST), spec.evalset_sha256, spec.identity())
+
+
+def check_manifest(folder: str | Path, spec: EvalsetSpec) -> None:
+    """Check the manifest's results-changing fields against what freeze pinned (reads no data).
+
+    Raises:
+        EvalsetFieldChanged: naming the field(s) that changed since freeze.
+        EvalsetTampered: ``evalset_sha256`` does not match the files and fields it covers.
+    """
+    check_fields(spec, join(str(folder), MANIFEST), lambda: read_suite(folder))
 
 
 def read_table(folder: str | Path, spec: EvalsetSpec) -> pa.Table:
@@ -293,6 +343,11 @@ def read_table(folder: str | Path, spec: EvalsetSpec) -> pa.Table:
         with fs.open(join(base, pinned.path), "rb") as handle:
             tables.append(pq.read_table(handle))
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if table.num_rows != spec.num_rows:
+        raise EvalsetError(
+            f"{join(str(folder), MANIFEST)}: num_rows: {spec.num_rows}, but the data holds "
+            f"{table.num_rows} rows; restore the frozen manifest"
+        )
     actual = {f.name: str(f.type) for f in table.schema}
     if actual != spec.schema_:
         changed = sorted(set(actual.items()) ^ set(spec.schema_.items()))
@@ -332,9 +387,15 @@ def load_evalset(
 
     target = table.column(spec.target).to_numpy()
     if spec.task == "classification":
-        classes = list(spec.classes or [])
-        index = {c: i for i, c in enumerate(classes)}
-        targets = torch.as_tensor([index[v] for v in target.tolist()], dtype=torch.int64)
+        index: dict[Any, int] = {c: i for i, c in enumerate(spec.classes or [])}
+        labels = target.tolist()
+        unknown = sorted({str(v) for v in labels if v not in index})
+        if unknown:
+            raise EvalsetError(
+                f"{join(folder, MANIFEST)}: classes: labels {', '.join(unknown[:5])} in the data "
+                "are not among the classes; restore the frozen class list"
+            )
+        targets = torch.as_tensor([index[v] for v in labels], dtype=torch.int64)
     else:
         targets = torch.as_tensor(target, dtype=torch.float32)
     ids = table.column(spec.id_column).to_numpy(zero_copy_only=False).astype(str)
@@ -378,8 +439,15 @@ def validate_evalset(
     folder = evalset_folder(name_or_path, evalsets_dir)
     spec = read_spec(folder)
     verify_files(folder, spec)
+    for gap in identity_gaps(spec):
+        log.warning(
+            "evalset %s: %s not pinned (identity version 1); `evalsentry evalset seal %s` pins it",
+            spec.name,
+            gap,
+            spec.name,
+        )
     frame = validation_frame(read_table(folder, spec), spec.inputs.column)
-    return run_suite(frame, read_suite(folder))
+    return run_suite(frame, read_suite(folder), join(str(folder), SUITE))
 
 
 def check_evalset(

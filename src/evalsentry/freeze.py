@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
-from evalsentry.errors import EvalsetError, did_you_mean
+from evalsentry.errors import EvalsetError, EvalsetTampered, did_you_mean
 from evalsentry.evalsets import (
     DATA_DIR,
     DATA_FILE,
@@ -26,10 +26,21 @@ from evalsentry.evalsets import (
     DataFile,
     EvalsetSpec,
     InputsSpec,
+    evalset_folder,
+    read_manifest_text,
+    read_spec,
+    read_suite,
+    verify_data_files,
+)
+from evalsentry.identity import (
+    IDENTITY_VERSION,
+    RESULT_FIELDS,
+    check_v1_classes,
     evalset_identity,
+    field_digests,
 )
 from evalsentry.names import check_name
-from evalsentry.storage import sha256_file
+from evalsentry.storage import filesystem, join, sha256_file, write_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,15 +66,21 @@ def freeze_evalset(
     description: str = "",
     provenance: str = "",
     license: str = "",
+    source: str | None = None,
 ) -> EvalsetSpec:
     """Freeze data into ``dest``: Parquet, manifest with hashes, generated expectation suite.
 
     The folder appears whole or not at all (written aside, then renamed into place), and an
-    existing evalset is never overwritten: a new version is a new folder.
+    existing evalset is never overwritten: a new version is a new folder. The manifest pins the
+    identity under ``IDENTITY_VERSION`` (every field that changes results) and each such field.
+
+    Args:
+        source: where the rows came from (a file), named in errors about them.
 
     Raises:
-        EvalsetError: ``dest`` exists, or the data does not match the inputs spec, target, id
-            or slice columns.
+        EvalsetError: ``dest`` exists; no rows; a null, NaN or (for classification) non-integer,
+            non-string label; or data that does not match the inputs spec, target, id, slice
+            columns or the given classes.
     """
     from evalsentry.validation import build_suite, validation_frame
 
@@ -75,6 +92,11 @@ def freeze_evalset(
             f"Freeze the new data as a new version, e.g. --name {name}-v{version + 1} --version {version + 1}"
         )
     table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=False)
+    if len(table) == 0:
+        raise EvalsetError(
+            f"{source or 'the data'}: no rows to freeze; an evalset needs at least one example "
+            "(check the query or export that wrote it)"
+        )
     table, id_column = _with_ids(table, id_column, name)
     table = _normalise_inputs(table, inputs, dest)
     for column, role in [(target, "target"), *((s, "slices") for s in slices)]:
@@ -84,8 +106,10 @@ def freeze_evalset(
             )
     if table.column(id_column).null_count or len(pc.unique(table.column(id_column))) != len(table):
         raise EvalsetError(f"id_column: {id_column!r} must be unique and non-null")
-    if task == "classification" and classes is None:
-        classes = sorted(pc.unique(table.column(target)).to_pylist())
+    _check_labels(table, target, task, source or "the data")
+    _check_values(table, inputs.column, source or "the data")
+    if task == "classification":
+        classes = _classes(table, target, classes, source or "the data")
     tmp = Path(
         tempfile.mkdtemp(dir=dest.parent if dest.parent.exists() else None, prefix=f".{name}.")
     )
@@ -111,8 +135,16 @@ def freeze_evalset(
             # Pinned as read back: Parquet renames list items, so this is what loads will see.
             schema={f.name: str(f.type) for f in pq.read_schema(tmp / DATA_DIR / DATA_FILE)},
             files=files,
-            evalset_sha256=evalset_identity(files, task, inputs, target, id_column),
+            identity_version=IDENTITY_VERSION,
+            evalset_sha256="",
             frozen_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        fields = spec.result_fields()
+        spec = spec.model_copy(
+            update={
+                "evalset_sha256": evalset_identity(files, fields, IDENTITY_VERSION),
+                "field_sha256": field_digests(fields),
+            }
         )
         frame = validation_frame(table, inputs.column)
         suite = build_suite(
@@ -137,6 +169,50 @@ def freeze_evalset(
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("froze evalset %s v%d (%d rows) in %s", name, version, len(table), dest)
     return spec
+
+
+def seal_evalset(name_or_path: str | Path, evalsets_dir: str | Path | None = None) -> EvalsetSpec:
+    """Pin a version-1 evalset's results-changing fields as they are now, keeping its identity.
+
+    Writes ``field_sha256`` into the manifest; ``evalset_sha256`` (what the history records)
+    stays the same. Everything that can be checked is checked first (the data files, the
+    classes against the suite, the identity); ``metrics`` and ``slices`` are taken as they are
+    now, so look at them (``evalset show``) before sealing.
+
+    Raises:
+        EvalsetError: the evalset is not version 1 or is sealed already.
+        EvalsetTampered: the files, classes or identity do not verify.
+    """
+    folder = evalset_folder(name_or_path, evalsets_dir)
+    spec = read_spec(folder)
+    fs, base = filesystem(folder)
+    path, where = join(base, MANIFEST), join(folder, MANIFEST)
+    if spec.identity_version != 1 or spec.field_sha256 is not None:
+        raise EvalsetError(
+            f"{where}: field_sha256: the fields are pinned already "
+            f"(identity version {spec.identity_version}); nothing to seal"
+        )
+    verify_data_files(folder, spec)
+    check_v1_classes(spec, where, lambda: read_suite(folder))
+    if spec.identity() != spec.evalset_sha256:
+        raise EvalsetTampered(where, spec.evalset_sha256, spec.identity())
+    pins = yaml.safe_dump({"field_sha256": field_digests(spec.result_fields())}, sort_keys=False)
+    # Appended, so the manifest's text (and its review diff) otherwise stays as it was.
+    sealed = read_manifest_text(folder).rstrip("\n") + "\n" + pins
+    mode = _mode(path)
+    write_atomic(fs, path, sealed.encode())
+    if mode is not None:  # write_atomic's temporary file is private; keep the file's mode
+        Path(path).chmod(mode)
+    log.info("sealed evalset %s: %s pinned", spec.name, ", ".join(RESULT_FIELDS))
+    return read_spec(folder)
+
+
+def _mode(path: str) -> int | None:
+    """A local file's permission bits, else None."""
+    try:
+        return Path(path).stat().st_mode & 0o777
+    except OSError:
+        return None
 
 
 def read_source(path: str | Path) -> pa.Table:
@@ -191,6 +267,12 @@ def _normalise_inputs(table: pa.Table, inputs: InputsSpec, dest: Path) -> pa.Tab
         raise EvalsetError(
             f"{dest}: inputs: column {column!r} is {array.type}, not a list of numbers"
         )
+    if array.null_count:
+        missing = np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))
+        raise EvalsetError(
+            f"{dest}: inputs: column {column!r} is null in {len(missing)} row(s), first at row "
+            f"{missing[0]}; drop or fill those rows, then freeze again"
+        )
     lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
     if len(lengths) and (np.nanmin(lengths) != inputs.size or np.nanmax(lengths) != inputs.size):
         bad = int(np.flatnonzero(lengths != inputs.size)[0])
@@ -201,3 +283,70 @@ def _normalise_inputs(table: pa.Table, inputs: InputsSpec, dest: Path) -> pa.Tab
     values = array.flatten().cast(_TENSOR_DTYPES[inputs.dtype])
     fixed = pa.FixedSizeListArray.from_arrays(values, inputs.size)
     return table.set_column(table.column_names.index(column), column, fixed)
+
+
+def _check_labels(table: pa.Table, target: str, task: str, source: str) -> None:
+    """Every row needs a usable label: not null, not NaN (nor inf for regression)."""
+    column = table.column(target)
+    problem = ""
+    bad = pc.is_null(column, nan_is_null=True)
+    if pc.any(bad).as_py():
+        problem = "null or NaN"
+    elif task == "regression" and pa.types.is_floating(column.type):
+        bad = pc.invert(pc.is_finite(column))
+        problem = "infinite" if pc.any(bad).as_py() else ""
+    if problem:
+        rows = np.flatnonzero(bad.to_numpy(zero_copy_only=False))
+        raise EvalsetError(
+            f"{source}: target column {target!r} has {len(rows)} {problem} label(s), first at row "
+            f"{rows[0]}; drop those rows or fill in their labels, then freeze again"
+        )
+
+
+def _check_values(table: pa.Table, tensor_column: str | None, source: str) -> None:
+    """No nulls, NaN in any column or non-finite tensor values: the generated suite refuses them."""
+    for name in table.column_names:
+        column = table.column(name)
+        if name == tensor_column:
+            values = column.combine_chunks()
+            bad_values = pc.invert(pc.is_finite(values.flatten()))
+            rows = pc.list_parent_indices(values).filter(bad_values).to_numpy()
+            what = "NaN or infinite values"
+        else:
+            bad = pc.is_null(column, nan_is_null=True)
+            rows = np.flatnonzero(bad.to_numpy(zero_copy_only=False))
+            what = "null or NaN values"
+        if len(rows):
+            raise EvalsetError(
+                f"{source}: column {name!r} has {what} in {len(np.unique(rows))} row(s), first at "
+                f"row {rows.min()}; the evalset's expectations allow none: drop or fix those "
+                "rows, then freeze again"
+            )
+
+
+def _classes(table: pa.Table, target: str, classes: Sequence[Any] | None, source: str) -> list[Any]:
+    """The class list: as given (the same set as the labels) or the sorted distinct labels."""
+    column = table.column(target)
+    kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    if not (
+        pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    ):
+        raise EvalsetError(
+            f"{source}: target column {target!r} is {column.type}; classification labels must be "
+            "integers or strings: cast the column, then freeze again"
+        )
+    labels = set(pc.unique(column).to_pylist())
+    if classes is None:
+        return sorted(labels)
+    given = list(classes)
+    if len(set(given)) != len(given):
+        raise EvalsetError("classes: each class may appear once; remove the repeated ones")
+    unknown, missing = labels - set(given), set(given) - labels
+    if unknown or missing:
+        raise EvalsetError(
+            f"classes: {given} is not the set of labels in {source}"
+            + (f"; labels not among them: {sorted(map(str, unknown))[:5]}" if unknown else "")
+            + (f"; classes without an example: {sorted(map(str, missing))[:5]}" if missing else "")
+            + "; the expectation suite requires the same set"
+        )
+    return given

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evalsentry.config import GatePolicy
-from evalsentry.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, ConfigError
-from evalsentry.history import History
+from evalsentry.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, did_you_mean
+from evalsentry.history import History, latest_week
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OVERALL = ""
+BRIEF_REASON_CHARS = 60  # an ERROR's reason in a headline: enough for the cause, not its path
 ENVIRONMENT_FIELDS = (
     "device",
     "device_name",
@@ -105,14 +106,67 @@ class Comparison:
     @property
     def label(self) -> str:
         """``model/evalset metric[slice] vs reference``, for messages."""
+        who = self.who(with_evalset=True)
+        if self.metric == "*" and self.reference == "none":  # a verdict on the whole evaluation
+            return who
         part = f"{self.metric}[{self.slice}]" if self.slice else self.metric
-        if self.model == "*":  # an evalset problem: no checkpoint ran on it
-            who = "every checkpoint"
-        elif self.version is not None:
-            who = f"{self.model}@v{self.version}"
-        else:
-            who = f"{self.model} (candidate file)"
-        return f"{who} on {self.evalset}: {part} vs {self.reference}"
+        return f"{who}: {part} vs {self.reference}"
+
+    def who(self, *, with_evalset: bool) -> str:
+        """Which checkpoint: ``m@v3``, ``m (candidate file)``, and ``on <evalset>`` if asked.
+
+        Model ``*`` means no checkpoint ran: ``every checkpoint on <evalset>`` (an evalset
+        problem), or ``nothing evaluated`` when the evalset is ``*`` too.
+        """
+        if self.model == "*":
+            return (
+                "nothing evaluated"
+                if self.evalset == "*"
+                else f"every checkpoint on {self.evalset}"
+            )
+        who = (
+            f"{self.model}@v{self.version}"
+            if self.version is not None
+            else f"{self.model} (candidate file)"
+        )
+        return who + (f" on {self.evalset}" if with_evalset else "")
+
+    @property
+    def change(self) -> str:
+        """The signed change from the reference: percentage points for an accuracy-type metric.
+
+        An accuracy-type metric (a proportion of examples, tested by McNemar) changes by
+        ``-6.8 pts``; any other by the signed change of its value to 3 significant digits.
+        Empty when nothing was measured.
+        """
+        if self.delta is None:
+            return ""
+        if self.method == "mcnemar-exact":
+            return f"{self.delta * 100:+.1f} pts"
+        return f"{self.delta:+.3g}"
+
+    def brief(self, *, with_evalset: bool = False) -> str:
+        """A few words: verdict, who, metric, change (``FAIL m@v3 accuracy -6.8 pts (p=6e-11)``).
+
+        The reference is named unless it is the previous week; an ERROR adds its reason in
+        parentheses, cut to ``BRIEF_REASON_CHARS``.
+        """
+        words = [str(self.verdict), self.who(with_evalset=with_evalset)]
+        if self.metric != "*":
+            words.append(f"{self.metric}[{self.slice}]" if self.slice else self.metric)
+        if self.change:
+            words.append(self.change)
+            if self.reference not in ("previous-week", "none"):
+                words.append(f"vs {self.reference}")
+            if self.p_adjusted is not None:
+                words.append(f"(p={self.p_adjusted:.1g})")
+        text = " ".join(words)
+        if self.verdict == Verdict.ERROR and self.reason:
+            reason = self.reason
+            if len(reason) > BRIEF_REASON_CHARS:
+                reason = reason[: BRIEF_REASON_CHARS - 1].rstrip() + "…"
+            text += f" ({reason})"
+        return text
 
     def describe(self) -> str:
         """One line with the numbers behind the verdict."""
@@ -165,13 +219,34 @@ class GateReport:
             return EXIT_USAGE
         return EXIT_CHECK_FAILED if self.failures else EXIT_OK
 
-    def message(self) -> str:
-        """A summary naming every FAIL and ERROR (model, evalset, metric, drop, p, flips)."""
-        bad = self.errors + self.failures
-        if not bad:
+    @property
+    def problems(self) -> list[Comparison]:
+        """Gating ERRORs and FAILs, worst first: overall before slices, then in gate order."""
+        return sorted(
+            self.errors + self.failures,
+            key=lambda c: (-SEVERITY[c.verdict], c.slice != OVERALL),
+        )
+
+    def headline(self) -> str:
+        """One line that leads with the worst problem and counts the rest.
+
+        ``2026-W49: FAIL digits@v3 accuracy -6.8 pts (p=6e-11) and 3 more``; without a FAIL
+        or an ERROR, the verdict and the number of warnings.
+        """
+        problems = self.problems
+        if not problems:
             return f"{self.week}: {self.verdict}, {len(self.warnings)} warning(s)"
-        lines = [f"{self.week}: {len(self.failures)} regression(s), {len(self.errors)} error(s)"]
-        return "\n".join(lines + [c.describe() for c in bad])
+        several = len({c.evalset for c in self.comparisons}) > 1
+        text = f"{self.week}: {problems[0].brief(with_evalset=several)}"
+        return text + (f" and {len(problems) - 1} more" if len(problems) > 1 else "")
+
+    def message(self, sep: str = "\n") -> str:
+        """The headline, then one line per FAIL and ERROR (model, evalset, metric, drop, p, flips).
+
+        Args:
+            sep: What joins the lines; ``" | "`` gives one line, for a log or a state message.
+        """
+        return sep.join([self.headline()] + [c.describe() for c in self.problems])
 
 
 def metric_names(
@@ -406,11 +481,20 @@ def _flag_nondeterminism(
 
 
 def _spec_for(current: pd.Series, evalsets_dir: str | None) -> tuple[list[str], int | None]:
-    from evalsentry.evalsets import evalset_folder, read_spec
+    """The metrics to judge: the evalset's, while its manifest is the one this result was run on.
+
+    A manifest edited since freeze (``metrics:`` narrowed, say), missing or unreadable, or frozen
+    again since, says nothing about this result: then every metric either side recorded is judged.
+    """
+    from evalsentry.evalsets import check_manifest, evalset_folder, read_spec
 
     try:
-        spec = read_spec(evalset_folder(current["evalset"], evalsets_dir))
+        folder = evalset_folder(current["evalset"], evalsets_dir)
+        spec = read_spec(folder)
+        check_manifest(folder, spec)
     except Exception:  # noqa: BLE001 - fall back to the metrics recorded in the history
+        return [], None
+    if spec.evalset_sha256 != current["evalset_sha256"]:
         return [], None
     return metric_names(spec.metrics, spec.task, spec.num_classes), spec.num_classes
 
@@ -436,6 +520,8 @@ def gate_week(
         frame = frame[frame["model"].isin(list(models))]
     comparisons: list[Comparison] = []
     this_week = frame[frame["week"] == week]
+    if this_week.empty:  # nothing evaluated is never a pass
+        return GateReport(week, [nothing_evaluated(history, week, model or models, evalset)])
     for _, row in this_week[this_week["status"] != "ok"].iterrows():
         comparisons.append(_error(row, "none", f"evaluation failed: {row['error']}"))
     ok = frame[frame["status"] == "ok"]
@@ -472,6 +558,50 @@ def gate_week(
     return GateReport(week, comparisons)
 
 
+def nothing_evaluated(
+    history: History,
+    week: str,
+    models: str | Sequence[str] | None = None,
+    evalset: str | None = None,
+) -> Comparison:
+    """The ERROR of a gate with no result to judge, saying what is missing and what exists.
+
+    Names the latest week with results (or that there is none) and, for a model or evalset
+    that never had a result, the closest one that did.
+    """
+    names = [models] if isinstance(models, str) else list(models or [])
+    scope = f"no result of week {week}"
+    scope += f" for model {', '.join(names)}" if names else ""
+    scope += f" on evalset {evalset}" if evalset else ""
+    recorded = history.evaluations(kind="scheduled")
+    hints = [
+        f"model {name!r} has none in any week.{did_you_mean(name, recorded['model'])}"
+        for name in names
+        if name not in set(recorded["model"])
+    ]
+    if evalset and evalset not in set(recorded["evalset"]):
+        hints.append(
+            f"evalset {evalset!r} has none in any week.{did_you_mean(evalset, recorded['evalset'])}"
+        )
+    latest = latest_week(recorded["week"])
+    hints.append(
+        f"the latest week with results is {latest}"
+        if latest
+        else "no weekly result is recorded yet"
+    )
+    return Comparison(
+        evaluation_id="",
+        week=week,
+        model="*",
+        version=None,
+        evalset=evalset or "*",
+        reference="none",
+        metric="*",
+        verdict=Verdict.ERROR,
+        reason="; ".join([scope, *hints]),
+    )
+
+
 def _baseline_marker(current: pd.Series) -> Comparison:
     return _verdict(
         current,
@@ -496,7 +626,11 @@ def gate_candidate(
     *,
     evalsets_dir: str | None = None,
 ) -> GateReport:
-    """Gate a candidate evaluation against the latest production result of its model."""
+    """Gate a candidate against its model's latest production result and its baseline.
+
+    Both comparisons gate, so the worse verdict decides: once a degraded model is in
+    production, a candidate as bad still fails against the baseline.
+    """
     frame = history.evaluations(
         model=candidate["model"], evalset=candidate["evalset"], kind="scheduled"
     )
@@ -506,7 +640,8 @@ def gate_candidate(
         return GateReport(candidate["week"], [marker])
     names, num_classes = _spec_for(candidate, evalsets_dir)
     reference = production.iloc[-1]
-    return GateReport(
-        candidate["week"],
-        compare(history, candidate, reference, "production", policy, names, num_classes),
-    )
+    comparisons = compare(history, candidate, reference, "production", policy, names, num_classes)
+    baseline = _baseline_row(history, production, str(candidate["model"]))
+    if baseline is not None and baseline["evaluation_id"] != reference["evaluation_id"]:
+        comparisons += compare(history, candidate, baseline, "baseline", policy, names, num_classes)
+    return GateReport(candidate["week"], comparisons)

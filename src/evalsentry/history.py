@@ -21,20 +21,30 @@ files stay for audit.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import logging
+import re
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from evalsentry.errors import HistoryError
-from evalsentry.names import check_name, check_week
-from evalsentry.storage import filesystem, join, unique_name, write_atomic
+from evalsentry.errors import HistoryError, InvalidName
+from evalsentry.names import check_name, check_week, week_start
+from evalsentry.storage import (
+    blocking_file,
+    filesystem,
+    is_local,
+    join,
+    unique_name,
+    write_atomic,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,6 +62,10 @@ EVALUATIONS, METRICS, COMPARISONS, PREDICTIONS, BASELINES = (
 COMPACT_ROW_GROUP = 100_000  # small enough for min/max statistics to skip most of a large file
 SUPERSEDE_KEY = ["week", "kind", "model", "version", "stage", "evalset", "checkpoint_sha256"]
 _TS = pa.timestamp("us", tz="UTC")
+#: What a Parquet reader raises on a damaged or foreign file: arrow's own errors, or I/O.
+_UNREADABLE = (pa.ArrowException, OSError)
+_MOVE_ASIDE = "move the damaged file aside (every file is independent: the rest reads without it)"
+_FIX_STORE = "point `store:` in evalsentry.yaml at a folder, or move the file aside"
 
 EVALUATIONS_SCHEMA = pa.schema(
     [
@@ -182,7 +196,28 @@ def now_utc() -> datetime:
 def iso_week(moment: datetime | None = None) -> str:
     """The ISO week of ``moment`` (default now), like ``2026-W49``."""
     year, week, _ = (moment or now_utc()).isocalendar()
-    return f"{year}-W{week:02d}"
+    return check_week(f"{year}-W{week:02d}")
+
+
+def weeks_in_order(weeks: Iterable[object]) -> list[str]:
+    """The distinct valid weeks among ``weeks``, oldest first, ordered as dates.
+
+    A week string that is not a valid ISO week (written before weeks were checked strictly,
+    e.g. with full-width digits) is left out with a warning, never picked as the latest.
+    """
+    valid: dict[str, date] = {}
+    for week in {str(w) for w in weeks}:
+        try:
+            valid[week] = week_start(week)
+        except InvalidName as exc:
+            log.warning("history: ignoring a row of an invalid week (%s)", exc)
+    return sorted(valid, key=valid.__getitem__)
+
+
+def latest_week(weeks: Iterable[object]) -> str | None:
+    """The latest valid week among ``weeks`` (compared as dates), or None when there is none."""
+    ordered = weeks_in_order(weeks)
+    return ordered[-1] if ordered else None
 
 
 def _table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -209,16 +244,53 @@ class History:
         self.root = root
         self.fs, self.path = filesystem(root)
 
+    def check_root(self) -> None:
+        """Refuse a store whose root is not a folder and cannot become one (a file in the way).
+
+        Cheap and without side effects (it creates nothing, and checks nothing on an object
+        store, which has no folders): call it before any inference, so that a ``store:`` naming
+        a file fails in seconds, not after the week's evaluations.
+
+        Raises:
+            HistoryError: naming the store and the file in the way.
+
+        """
+        problem = self._root_problem()
+        if problem:
+            raise HistoryError(f"{self.root}: {problem}; {_FIX_STORE}")
+
+    def _root_problem(self) -> str | None:
+        blocker = blocking_file(self.fs, self.path)
+        if blocker is None:
+            return None
+        if Path(blocker) == Path(self.path):
+            return "the store is a file, not a folder"
+        return f"the store cannot be a folder: {blocker} is a file"
+
+    def _where(self, path: str) -> str:
+        """``path`` as a person finds it: the URL on an object store, the path on a disk."""
+        return path if is_local(self.fs) else str(self.fs.unstrip_protocol(path))
+
     # --- writing ------------------------------------------------------------------------------
 
     def _write(self, path: str, table: pa.Table) -> None:
         buffer = io.BytesIO()
         pq.write_table(table, buffer, compression="zstd")
         try:
-            write_atomic(self.fs, path, buffer.getvalue(), exclusive=True)
+            if not write_atomic(self.fs, path, buffer.getvalue(), exclusive=True):
+                # Names are unique, so only a store that refuses the name gets here (fsspec's
+                # memory store, say, under a file named like the root): never a silent loss.
+                raise FileExistsError(errno.EEXIST, "the store refused a new file name")
         except OSError as exc:
+            problem = self._root_problem()
+            if problem:  # name the store, the thing to fix, not the file under it
+                raise HistoryError(
+                    f"{self.root}: cannot write the history: {problem}; {_FIX_STORE}; "
+                    "this run was not committed"
+                ) from None
             raise HistoryError(
-                f"{path}: cannot write the history ({exc.strerror or exc}); this run was not committed, earlier rows are intact"
+                f"{self._where(path)}: cannot write the history ({exc.strerror or exc}); "
+                "this run was not committed, earlier rows are intact"
             ) from None
 
     def _publish(self, table_name: str, table: pa.Table, stem: str) -> None:
@@ -278,46 +350,106 @@ class History:
     def compact(self, table_name: str) -> tuple[int, int]:
         """Merge a table's files into one, sorted for pruning; return (files merged, rows).
 
-        The merged file is published before the small ones are removed, so a reader sees every
-        row throughout (duplicates in between are dropped when read). Rows are never dropped:
-        superseded runs stay for audit. Run it from one place at a time (a maintenance job).
-        """
-        import pyarrow.parquet as pq_
+        Every file is read and checked first; a damaged one, or one written by a newer
+        evalsentry (columns this one would drop), stops the compaction before anything is
+        written. The merged file is published and its row count checked before the small ones
+        are removed, so a reader sees every row throughout (duplicates in between are dropped
+        when read). Rows are never dropped: superseded runs stay for audit. Run it from one
+        place at a time (a maintenance job).
 
-        if table_name not in (EVALUATIONS, METRICS, COMPARISONS, DRIFT):
+        Raises:
+            HistoryError: naming the file that stops it; every file is then kept as it was.
+
+        """
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        if table_name not in SCHEMAS:
             raise HistoryError(
                 f"cannot compact {table_name!r}: use {EVALUATIONS}, {METRICS}, {COMPARISONS} or {DRIFT}"
             )
+        self.check_root()
         folder = join(self.path, table_name)
         if not self.fs.exists(folder):
             return 0, 0
-        files = [
-            f
-            for f in self.fs.ls(folder, detail=False)
-            if not f.rsplit("/", 1)[-1].startswith((".", "_"))
-        ]
+        files = self._files(folder)
         if len(files) < 2:
             return len(files), 0
-        import pyarrow.dataset as ds
-
-        table = ds.dataset(
-            files, format="parquet", filesystem=self.fs, schema=SCHEMAS[table_name]
-        ).to_table()
+        schema = SCHEMAS[table_name]
+        rows = self._rows_to_compact(files, schema)
+        try:
+            table = ds.dataset(
+                files, format="parquet", filesystem=self.fs, schema=schema
+            ).to_table()
+        except _UNREADABLE as exc:
+            file, reason = self._first_unreadable(files, schema) or (folder, _reason(exc))
+            raise self._not_compacted(file, reason) from None
+        newest = pc.max(table["schema_version"]).as_py()
+        if newest is not None and newest > SCHEMA_VERSION:
+            raise HistoryError(
+                f"{self._where(folder)}: schema_version: written by a newer evalsentry (schema "
+                f"{newest}); upgrade evalsentry to compact it (the table was not compacted)"
+            )
         # Sorted by evaluation id, each row group covers a narrow id range, so the gate's
         # `evaluation_id in (...)` filter skips nearly every row group by its statistics.
         order = "evaluation_id" if "evaluation_id" in table.column_names else "week"
         table = table.sort_by([(order, "ascending")])
         buffer = io.BytesIO()
-        pq_.write_table(table, buffer, compression="zstd", row_group_size=COMPACT_ROW_GROUP)
+        pq.write_table(table, buffer, compression="zstd", row_group_size=COMPACT_ROW_GROUP)
         target = join(folder, unique_name("compact", ".parquet"))
-        write_atomic(self.fs, target, buffer.getvalue(), exclusive=True)
+        try:
+            write_atomic(self.fs, target, buffer.getvalue(), exclusive=True)
+            written = self._metadata(target).num_rows
+        except _UNREADABLE as exc:
+            raise HistoryError(
+                f"{self._where(target)}: cannot write the compacted file ({_reason(exc)}); "
+                "the table was not compacted, each of its files is kept"
+            ) from None
+        if written != rows or len(table) != rows:  # never remove what the merged file lacks
+            self.fs.rm_file(target)
+            raise HistoryError(
+                f"{self._where(folder)}: the merged file holds {written} rows, the files {rows}; "
+                "the table was not compacted, each of its files is kept"
+            )
+        self._remove_merged(files)
+        log.info("compacted %s: %d files, %d rows", table_name, len(files), len(table))
+        return len(files), len(table)
+
+    def _rows_to_compact(self, files: Sequence[str], schema: pa.Schema) -> int:
+        """The rows in ``files``, after checking each one's footer and columns."""
+        rows = 0
+        for file in files:
+            try:
+                metadata = self._metadata(file)
+            except _UNREADABLE as exc:
+                raise self._not_compacted(file, exc) from None
+            unknown = sorted(set(metadata.schema.to_arrow_schema().names) - set(schema.names))
+            if unknown:  # a merge into this schema would drop them
+                raise HistoryError(
+                    f"{self._where(file)}: columns {', '.join(unknown)} were written by a newer "
+                    "evalsentry; upgrade evalsentry to compact them (the table was not compacted)"
+                )
+            rows += metadata.num_rows
+        return rows
+
+    def _remove_merged(self, files: Sequence[str]) -> None:
         for file in files:
             try:
                 self.fs.rm_file(file)
             except FileNotFoundError:  # another compaction removed it first
                 continue
-        log.info("compacted %s: %d files, %d rows", table_name, len(files), len(table))
-        return len(files), len(table)
+            except OSError as exc:  # its rows are in the merged file too: say what is left
+                raise HistoryError(
+                    f"{self._where(file)}: merged, but cannot be removed ({exc.strerror or exc}); "
+                    "remove it by hand"
+                ) from None
+
+    def _not_compacted(self, file: str, reason: BaseException | str) -> HistoryError:
+        text = reason if isinstance(reason, str) else _reason(reason)
+        return HistoryError(
+            f"{self._where(file)}: damaged history file ({text}); the table was not compacted, "
+            "each of its files is kept; move the damaged file aside, then compact again"
+        )
 
     def set_baseline(self, model: str, week: str) -> None:
         """Pin ``week`` as the baseline of ``model``'s production line."""
@@ -328,9 +460,14 @@ class History:
                 f"no evaluation of {model!r} recorded in week {week}; nothing to pin"
             )
         document = {"model": model, "week": week, "set_at": now_utc().isoformat(timespec="seconds")}
-        write_atomic(
-            self.fs, join(self.path, BASELINES, f"{model}.json"), json.dumps(document).encode()
-        )
+        path = join(self.path, BASELINES, f"{model}.json")
+        try:
+            write_atomic(self.fs, path, json.dumps(document).encode())
+        except OSError as exc:
+            raise HistoryError(
+                f"{self._where(path)}: cannot write the baseline ({exc.strerror or exc}); "
+                "the baseline is unchanged"
+            ) from None
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -342,15 +479,55 @@ class History:
         folder = join(self.path, table_name)
         schema = SCHEMAS[table_name]
         if not self.fs.exists(folder):
+            self.check_root()  # a store that is a file reads as empty; say so instead
             return schema.empty_table()
         try:
             dataset = ds.dataset(folder, format="parquet", filesystem=self.fs, schema=schema)
             return dataset.to_table(filter=filter_, columns=list(columns) if columns else None)
-        except (pa.ArrowInvalid, OSError) as exc:
+        except _UNREADABLE as exc:
+            if self.fs.isfile(folder):
+                raise HistoryError(
+                    f"{self._where(folder)}: a file stands where the history's {table_name}/ "
+                    "folder should be; move it aside"
+                ) from None
+            file, reason = self._first_unreadable(self._files(folder), schema) or (
+                folder,
+                _reason(exc),
+            )
             raise HistoryError(
-                f"{folder}: a history file cannot be read ({str(exc).splitlines()[0]}); "
-                "move the damaged file aside (every file is independent) and re-run"
+                f"{self._where(file)}: damaged history file ({reason}); {_MOVE_ASIDE}, then re-run"
             ) from None
+
+    def _files(self, folder: str) -> list[str]:
+        """The table's data files: what a dataset reads (hidden and ``_`` names are not)."""
+        return sorted(
+            f
+            for f in self.fs.ls(folder, detail=False)
+            if not f.rsplit("/", 1)[-1].startswith((".", "_"))
+        )
+
+    def _metadata(self, file: str) -> pq.FileMetaData:
+        with self.fs.open(file, "rb") as handle:
+            return pq.read_metadata(handle)
+
+    def _first_unreadable(self, files: Sequence[str], schema: pa.Schema) -> tuple[str, str] | None:
+        """The first file that cannot be read as ``schema``, and why; None when all can.
+
+        Only after a read failed: footers first (a truncated file), then each file in full.
+        """
+        import pyarrow.dataset as ds
+
+        for file in files:
+            try:
+                self._metadata(file)
+            except _UNREADABLE as exc:
+                return file, _reason(exc)
+        for file in files:
+            try:
+                ds.dataset([file], format="parquet", filesystem=self.fs, schema=schema).to_table()
+            except _UNREADABLE as exc:
+                return file, _reason(exc)
+        return None
 
     def evaluations(
         self,
@@ -416,8 +593,15 @@ class History:
         path = join(self.path, PREDICTIONS, f"{evaluation_id}.parquet")
         if not self.fs.exists(path):
             return None
-        with self.fs.open(path, "rb") as handle:
-            table = pq.read_table(handle)
+        try:
+            with self.fs.open(path, "rb") as handle:
+                table = pq.read_table(handle)
+        except _UNREADABLE as exc:
+            raise HistoryError(
+                f"{self._where(path)}: damaged predictions file ({_reason(exc)}); move the "
+                "damaged file aside and re-run that evaluation's week (until then the gate "
+                "calls it not comparable)"
+            ) from None
         return {
             name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names
         }
@@ -433,6 +617,13 @@ class History:
             raise HistoryError(
                 f"{path}: week: malformed baseline document ({exc}); set it again"
             ) from None
+
+
+def _reason(exc: BaseException) -> str:
+    """The first sentence of a reader's error, without arrow's echo of the file's name."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = re.sub(r"^Could not open Parquet input source '[^']*': ", "", text)
+    return text.split(". ")[0].rstrip(".")
 
 
 def _all(conditions: list[Any]) -> Any:

@@ -2,6 +2,11 @@
 
 The result is one row per example (the columns ``metrics`` and ``stats`` consume), so every
 metric, slice and paired comparison is computed from the same stored predictions.
+
+The model is held to an output contract, checked on every batch before any metric sees it:
+classification returns floating logits ``[N, C]`` with ``C`` the evalset's classes, regression
+floating predictions ``[N]`` or ``[N, 1]``. A model that raises, or breaks the contract, fails
+with one readable line naming what happened (``ModelFailed``).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -26,8 +31,41 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 512
 NON_FINITE_IDS_SHOWN = 10
+REASON_CHARS = 300  # of an exception's message in a failure reason: the cause, not a dump
+OUTPUT_ITEMS_SHOWN = 3  # items of a tuple or list output described in a contract violation
 Precision = Literal["fp32", "bf16"]
 ProgressFn = Callable[[int, int], None]
+
+
+def exception_line(exc: BaseException) -> str:
+    """``Type: message`` on one line (whitespace collapsed, cut to ``REASON_CHARS``)."""
+    message = " ".join(str(exc).split())
+    if len(message) > REASON_CHARS:
+        message = message[: REASON_CHARS - 1].rstrip() + "…"
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+class ModelFailed(UsageError):
+    """The model under evaluation broke: its forward raised, or its output breaks the contract."""
+
+
+class ForwardRaised(ModelFailed):
+    """The model's ``forward`` raised; ``error`` is the exception, ``first_example`` its batch."""
+
+    def __init__(self, error: BaseException, first_example: int) -> None:
+        self.error, self.first_example = error, first_example
+        super().__init__(
+            f"the model's forward raised {exception_line(error)} "
+            f"(batch starting at example {first_example})"
+        )
+
+
+class OutputContractViolation(ModelFailed):
+    """The model's output is not what the evalset's task needs: what was expected, what came."""
+
+    def __init__(self, expected: str, got: str) -> None:
+        self.expected, self.got = expected, got
+        super().__init__(f"model output breaks the contract: expected {expected}, got {got}")
 
 
 @dataclass(frozen=True)
@@ -136,6 +174,8 @@ def evaluate(
         compile_model: ``torch.compile`` the model first (pays off on long evaluations).
 
     Raises:
+        ForwardRaised: the model's forward raised (a CUDA out-of-memory error is retried).
+        OutputContractViolation: an output of the wrong type, dtype or shape.
         NonFiniteOutput: the model produced NaN/inf, listing the first example ids.
     """
     import torch
@@ -184,6 +224,9 @@ def evaluate(
                 if on_cuda:
                     torch.cuda.empty_cache()
                 continue
+            except Exception as exc:  # whatever a model raises is its own failure, named
+                raise ForwardRaised(exc, done) from exc
+            check_output(out, len(batch), evalset.spec.task, evalset.spec.num_classes)
             outputs.append(out.float())
             done += len(batch)
             if progress is not None:
@@ -200,6 +243,46 @@ def evaluate(
         batch_size=batch_size,
         oom_retries=retries,
     )
+
+
+def check_output(out: object, rows: int, task: str, num_classes: int | None) -> None:
+    """Check one batch's output against the task's contract, before any metric reads it.
+
+    Raises:
+        OutputContractViolation: naming the expected and the actual type, dtype and shape.
+    """
+    import torch
+
+    if task == "classification":
+        classes = num_classes if num_classes is not None else "C"
+        expected = f"float logits of shape [{rows}, {classes}] (examples x classes)"
+        fits = (
+            isinstance(out, torch.Tensor)
+            and out.dim() == 2  # examples x classes
+            and out.shape[0] == rows
+            and (num_classes is None or out.shape[1] == num_classes)
+        )
+    else:
+        expected = f"float predictions of shape [{rows}] or [{rows}, 1]"
+        fits = isinstance(out, torch.Tensor) and tuple(out.shape) in ((rows,), (rows, 1))
+    if not fits or not out.is_floating_point():  # type: ignore[attr-defined]  # fits => a Tensor
+        raise OutputContractViolation(expected, describe_output(out))
+
+
+def describe_output(out: Any) -> str:
+    """What a model returned, in a few words: ``a float32 tensor of shape [512, 7]``."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        shape = ", ".join(str(d) for d in out.shape)
+        what = f"{str(out.dtype).removeprefix('torch.')} tensor of shape [{shape}]"
+    elif isinstance(out, tuple | list):
+        items = ", ".join(describe_output(item) for item in out[:OUTPUT_ITEMS_SHOWN])
+        more = ", ..." if len(out) > OUTPUT_ITEMS_SHOWN else ""
+        what = f"{type(out).__name__} of {len(out)} ({items}{more})"
+    else:
+        what = type(out).__name__
+    return ("an " if what[0] in "aeiou" else "a ") + what
 
 
 #: Share of free GPU memory an evalset may take to stay resident on the device.

@@ -26,23 +26,27 @@ EPHEMERAL_STARTUP_S = "120"
 TELEMETRY_OFF = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
 
 
-def ensure_prefect_api() -> None:
+def ensure_prefect_api() -> bool:
     """Fail fast, with a clear message, when PREFECT_API_URL points at nothing.
 
     Without PREFECT_API_URL, Prefect starts a temporary local server for the run; give it time
     to start on a fresh machine, and turn its telemetry off (unless set otherwise).
+
+    Returns:
+        True when Prefect will start a temporary server (``flows.temporary_server`` ties it to
+        this process), False when PREFECT_API_URL answers.
     """
     url = os.environ.get(API_URL_ENV)
     if not url:
         os.environ.setdefault(EPHEMERAL_STARTUP_ENV, EPHEMERAL_STARTUP_S)
         for name, value in TELEMETRY_OFF.items():
             os.environ.setdefault(name, value)
-        return
+        return True
     parsed = urlparse(url)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
         with socket.create_connection((parsed.hostname or "", port), timeout=CONNECT_TIMEOUT_S):
-            return
+            return False
     except OSError as exc:
         raise UsageError(
             f"{API_URL_ENV}={url}: no Prefect API answers there ({exc.strerror or exc}); "

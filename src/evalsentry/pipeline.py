@@ -1,7 +1,10 @@
 """One evaluation end to end, as plain functions the CLI and the Prefect tasks share.
 
-``evaluate_checkpoint`` never raises for a bad checkpoint: a checkpoint that cannot be loaded or
-produces NaN becomes an ``error`` row with the reason, so it fails itself and not the others.
+``evaluate_checkpoint`` never raises for a bad checkpoint or a broken model: whatever goes wrong
+while building or running it (a factory or state dict that fails, a ``forward`` that raises,
+hangs past ``inference_timeout_s`` or crashes its process, an output that breaks the contract,
+NaN) becomes that pair's ``error`` row with a one-line reason, so it fails itself and not the
+others. The model runs in a child process (``evalsentry.isolation``) that a timeout can kill.
 """
 
 from __future__ import annotations
@@ -19,15 +22,17 @@ import numpy as np
 from evalsentry import __version__
 from evalsentry.config import Config
 from evalsentry.cost import CostMeter, cost_fields
-from evalsentry.errors import EvalsentryError
+from evalsentry.errors import NothingToEvaluate, NotRegistered, RegistryError, did_you_mean
 from evalsentry.history import History, now_utc
 
 if TYPE_CHECKING:
     from evalsentry.evalsets import Evalset
     from evalsentry.inference import ProgressFn
-    from evalsentry.registry import RegistryEntry
+    from evalsentry.registry import Registry, RegistryEntry
 
 log = logging.getLogger(__name__)
+
+WEEKLY_STAGES = ("production", "candidate")  # what a week evaluates of each model
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,59 @@ class Outcome:
         return bool(self.evaluation["status"] == "ok")
 
 
+def resolve_targets(
+    registry: Registry, models: Sequence[str] | None, stages: Sequence[str]
+) -> list[Target]:
+    """The newest version of each model (``models``, else every one) in each of ``stages``.
+
+    A stage in which a model has no version is skipped; resolving nothing at all is an error,
+    never an empty week that passes.
+
+    Raises:
+        NotRegistered: a model named in ``models`` is not in the registry (with a did-you-mean).
+        NothingToEvaluate: the registry is empty, or no model has a version in ``stages``.
+    """
+    known = registry.models()
+    if not known:
+        raise NothingToEvaluate(
+            f"{registry.root}: the registry holds no checkpoint; register one with "
+            "`evalsentry register CHECKPOINT --model NAME --stage production`"
+        )
+    for model in models or ():
+        if model not in known:
+            raise NotRegistered(f"model {model!r}", model, known)
+    targets = []
+    for model in models or known:
+        for stage in stages:
+            try:
+                targets.append(Target.from_entry(registry.resolve(model, stage)))
+            except NotRegistered:
+                continue
+    if not targets:
+        raise NothingToEvaluate(
+            f"{registry.root}: no version of {', '.join(models or known)} is in stage "
+            f"{' or '.join(stages)}; promote one with "
+            "`evalsentry registry promote MODEL VERSION`"
+        )
+    return targets
+
+
+def check_model_line(model: str, registry: Registry, history: History) -> None:
+    """Refuse a candidate for a model line nobody knows: likely a typo, gated against nothing.
+
+    Raises:
+        RegistryError: ``model`` is neither registered nor in the history (with a did-you-mean).
+    """
+    if model in registry.models():
+        return
+    if history.evaluations(model=model).empty:
+        known = set(registry.models()) | set(history.evaluations()["model"])
+        raise RegistryError(
+            f"model {model!r} is neither registered nor in the history.{did_you_mean(model, known)}"
+            " A new model line has nothing to be gated against: pass --new-model to start one"
+        )
+
+
 def new_run_id() -> str:
     """A fresh run id."""
     return uuid.uuid4().hex
@@ -79,10 +137,13 @@ def evaluate_checkpoint(
     validation: Mapping[str, Any] | None = None,
     progress: ProgressFn | None = None,
 ) -> Outcome:
-    """Load, verify and run one checkpoint on one evalset; compute metrics per slice."""
-    from evalsentry.checkpoint import load_checkpoint
+    """Load, verify and run one checkpoint on one evalset; compute metrics per slice.
+
+    The checkpoint is loaded and run in a child process that is killed after
+    ``config.inference_timeout_s``; any failure is returned as an error outcome, never raised.
+    """
     from evalsentry.gate import metric_names
-    from evalsentry.inference import evaluate
+    from evalsentry.isolation import EvaluationFailed, evaluate_isolated, failure_reason
 
     evaluation_id = uuid.uuid4().hex
     started, clock = now_utc(), time.perf_counter()
@@ -106,25 +167,39 @@ def evaluate_checkpoint(
         **_lineage_fields(target.lineage),
     }
     meter = meter or CostMeter(use_codecarbon=False)
+    phase = "running the model"
     try:
         with meter.measure(evaluation_id) as measurement:
-            loaded = load_checkpoint(target.uri, expected_sha256=target.sha256)
-            row.update(_lineage_fields(loaded.lineage))
-            row["checkpoint_sha256"] = loaded.sha256
-            result = evaluate(loaded.model, evalset, device=device, progress=progress)
+            ran = evaluate_isolated(
+                target.uri,
+                evalset,
+                expected_sha256=target.sha256,
+                device=device,
+                timeout_s=config.inference_timeout_s,
+                progress=progress,
+            )
+        row.update(_lineage_fields(ran.lineage))
+        row["checkpoint_sha256"] = ran.sha256
+        result = ran.result
+        phase = "computing metrics"
         names = metric_names(evalset.spec.metrics, evalset.spec.task, evalset.spec.num_classes)
         metrics = _metric_rows(result.columns, names, evalset, row)
-    except EvalsentryError as exc:
+    except Exception as exc:  # one broken pair never takes the others down
+        if isinstance(exc, EvaluationFailed) and exc.lineage:
+            row.update(_lineage_fields(exc.lineage))
+            row["checkpoint_sha256"] = exc.sha256
+        reason = failure_reason(exc, phase)
         log.warning(
             "%s v%s on %s failed, recorded as an error: %s",
             target.model,
             target.version,
             evalset.spec.name,
-            exc,
+            reason,
+            exc_info=not isinstance(exc, EvaluationFailed),  # the child's traceback is logged
         )
         row.update(
             status="error",
-            error=str(exc),
+            error=reason,
             finished_at=now_utc(),
             wall_s=time.perf_counter() - clock,
         )

@@ -22,7 +22,7 @@ from evalsentry.checkpoint import complete_lineage, read_payload
 from evalsentry.config import config_error
 from evalsentry.errors import NotRegistered, RegistryError
 from evalsentry.names import check_name, check_stage
-from evalsentry.storage import filesystem, join, sha256_file, write_atomic
+from evalsentry.storage import blocking_file, filesystem, join, sha256_file, write_atomic
 
 log = logging.getLogger(__name__)
 _VERSION_FILE = re.compile(r"v(\d{6})\.json")
@@ -77,6 +77,39 @@ class Registry:
         self.root = root
         self.fs, self.path = filesystem(root)
 
+    def check_root(self) -> None:
+        """Refuse a registry whose root is not a folder and cannot become one (a file in the way).
+
+        Without it a registry that is a file reads as empty, and registering fails half-way.
+
+        Raises:
+            RegistryError: naming the registry and the file in the way.
+
+        """
+        blocker = blocking_file(self.fs, self.path)
+        if blocker is None:
+            return
+        problem = (
+            "the registry is a file, not a folder"
+            if Path(blocker) == Path(self.path)
+            else f"the registry cannot be a folder: {blocker} is a file"
+        )
+        raise RegistryError(
+            f"{self.root}: {problem}; point `registry:` in evalsentry.yaml at a folder, "
+            "or move the file aside"
+        )
+
+    def _write(self, path: str, data: bytes, *, exclusive: bool = False) -> bool:
+        """``write_atomic``, its failure a one-line error naming the file."""
+        try:
+            return write_atomic(self.fs, path, data, exclusive=exclusive)
+        except OSError as exc:
+            self.check_root()
+            raise RegistryError(
+                f"{path}: cannot write the registry ({exc.strerror or exc}); "
+                "the registry is unchanged"
+            ) from None
+
     def _model_dir(self, model: str) -> str:
         return join(self.path, check_name("model", model))
 
@@ -104,6 +137,7 @@ class Registry:
         """
         check_name("model", model)
         check_stage(stage)
+        self.check_root()
         file = Path(checkpoint).resolve()
         payload = read_payload(file)
         lineage = complete_lineage(file, payload["lineage"], factory, factory_kwargs)
@@ -125,9 +159,7 @@ class Registry:
                 registered_at=_now(),
                 stage_history=[StageChange(stage=stage, at=_now(), by=_who())],
             )
-            if write_atomic(
-                self.fs, self._entry_path(model, version), _dump(entry), exclusive=True
-            ):
+            if self._write(self._entry_path(model, version), _dump(entry), exclusive=True):
                 log.info("registered %s (%s)", entry.ref, sha[:12])
                 if stage == "production":
                     return self.promote(model, version, "production")
@@ -136,7 +168,7 @@ class Registry:
 
     def _copy_in(self, file: Path, model: str, version: int, sha: str) -> str:
         target = join(self._model_dir(model), "artifacts", f"v{version:06d}-{sha[:12]}.pt")
-        write_atomic(self.fs, target, file.read_bytes())
+        self._write(target, file.read_bytes())
         return target if "://" not in self.root else self.fs.unstrip_protocol(target)
 
     def _versions(self, model: str) -> list[int]:
@@ -151,7 +183,13 @@ class Registry:
         return versions[-1] + 1 if versions else 1
 
     def models(self) -> list[str]:
-        """Names of every registered model."""
+        """Names of every registered model.
+
+        Raises:
+            RegistryError: the registry is a file, not a folder (it is not simply empty).
+
+        """
+        self.check_root()
         if not self.fs.exists(self.path):
             return []
         return sorted(
@@ -215,7 +253,7 @@ class Registry:
         updated = entry.model_copy(
             update={"stage": stage, "stage_history": [*entry.stage_history, change]}
         )
-        write_atomic(self.fs, self._entry_path(entry.model, entry.version), _dump(updated))
+        self._write(self._entry_path(entry.model, entry.version), _dump(updated))
         log.info("%s: %s -> %s", entry.ref, entry.stage, stage)
         return updated
 

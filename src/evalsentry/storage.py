@@ -45,6 +45,25 @@ def join(*parts: str) -> str:
     return "/".join(p.rstrip("/") for p in parts if p)
 
 
+def blocking_file(fs: Any, path: str) -> str | None:
+    """The file standing where ``path`` or one of its parent folders should be, else None.
+
+    ``None`` means ``path`` is a folder or can be made one. Only local paths are checked: an
+    object store has no folders, so no object there blocks a prefix. Nothing is created.
+    """
+    if not is_local(fs):
+        return None
+    try:
+        for candidate in (Path(path), *Path(path).parents):
+            if candidate.is_dir():
+                return None
+            if candidate.exists() or candidate.is_symlink():  # a file, or a dangling link
+                return str(candidate)
+    except OSError:  # not allowed to look: the write itself will say why it fails
+        return None
+    return None
+
+
 def write_atomic(fs: Any, path: str, data: bytes, *, exclusive: bool = False) -> bool:
     """Write ``data`` to ``path`` so readers see the old file, or the whole new one.
 

@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+from evalsentry.errors import EvalsetError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,6 +31,31 @@ log = logging.getLogger(__name__)
 
 LENGTH, NONFINITE, ROW_MIN, ROW_MAX = "__len", "__nonfinite", "__min", "__max"
 EXAMPLES_SHOWN = 5
+#: How to repair a stored suite that GX cannot build.
+SUITE_FIX = (
+    "restore the file as frozen (e.g. from version control), or freeze a new evalset version"
+)
+
+
+class SuiteExpectation(BaseModel):
+    """One expectation of a stored suite: GX's own fields beyond these are GX's to check."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    type: str = Field(min_length=1)
+    # Read from "kwargs", a name pydantic's mypy plugin keeps for the constructor's **kwargs.
+    arguments: dict[str, Any] = Field(validation_alias=AliasChoices("kwargs"))
+
+
+class SuiteDocument(BaseModel):
+    """The shape of ``expectations.json`` (a Great Expectations suite, as GX writes it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(min_length=1)
+    expectations: list[SuiteExpectation]
+    id: str | None = None
+    meta: dict[str, Any] | None = None
+    notes: str | list[str] | None = None
+    suite_parameters: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -163,11 +191,25 @@ def build_suite(
     return suite.to_json_dict()  # type: ignore[no-any-return]
 
 
-def run_suite(frame: pd.DataFrame, suite_document: Mapping[str, Any]) -> ValidationSummary:
-    """Validate ``frame`` against a stored suite in a fresh ephemeral GX context."""
+def run_suite(
+    frame: pd.DataFrame, suite_document: Mapping[str, Any], source: str = "expectation suite"
+) -> ValidationSummary:
+    """Validate ``frame`` against a stored suite in a fresh ephemeral GX context.
+
+    Args:
+        source: the suite's file, named in errors.
+
+    Raises:
+        EvalsetError: GX cannot build an expectation of the suite (an unknown type, a missing
+            or ill-typed argument); names ``source`` and the expectation.
+
+    """
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    document = {k: v for k, v in suite_document.items() if k != "id"}
+    _check_expectations(document.get("expectations"), source)
 
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
@@ -177,14 +219,69 @@ def run_suite(frame: pd.DataFrame, suite_document: Mapping[str, Any]) -> Validat
         .add_dataframe_asset("frame")
         .add_batch_definition_whole_dataframe("whole")
     )
-    document = {k: v for k, v in suite_document.items() if k != "id"}
-    suite = context.suites.add(gx.ExpectationSuite(**json.loads(json.dumps(document))))
+    try:
+        suite = context.suites.add(gx.ExpectationSuite(**json.loads(json.dumps(document))))
+    except (TypeError, ValueError) as exc:
+        raise EvalsetError(
+            f"{source}: not a suite Great Expectations can build ({_first_line(exc)}); {SUITE_FIX}"
+        ) from None
+    if len(suite.expectations) != len(document.get("expectations") or []):  # GX drops and logs
+        raise EvalsetError(f"{source}: expectations: some cannot be built; {SUITE_FIX}")
     definition = gx.ValidationDefinition(name=f"validate-{run_id}", data=batch, suite=suite)
     result = definition.run(batch_parameters={"dataframe": frame}, result_format="SUMMARY")
     outcomes = [_outcome(r) for r in result.results]
     failed = sum(not o.success for o in outcomes)
     log.info("validated %d expectations, %d failed", len(outcomes), failed)
     return ValidationSummary(bool(result.success), len(outcomes), failed, outcomes)
+
+
+def _check_expectations(expectations: object, source: str) -> None:
+    """Build each expectation once, so that a bad one is named, not dropped with a log line.
+
+    GX's suite constructor logs an unknown expectation type with a traceback and leaves it
+    out, which would validate less than the suite says.
+    """
+    from great_expectations.exceptions import GreatExpectationsError
+    from great_expectations.expectations.expectation_configuration import (
+        ExpectationConfiguration,
+    )
+
+    if not isinstance(expectations, list):
+        raise EvalsetError(f"{source}: expectations: expected a list; {SUITE_FIX}")
+    for index, entry in enumerate(expectations):
+        kind = entry.get("type") if isinstance(entry, dict) else None
+        try:
+            if not isinstance(entry, dict):
+                raise TypeError(f"expected an object, got {type(entry).__name__}")
+            ExpectationConfiguration(**entry).to_domain_obj()
+        except (TypeError, ValueError, GreatExpectationsError) as exc:
+            raise EvalsetError(
+                f"{source}: expectations.{index} ({kind}): {_expectation_problem(exc, entry)}; "
+                f"{SUITE_FIX}"
+            ) from None
+
+
+def _expectation_problem(exc: Exception, entry: object) -> str:
+    """A GX construction error as one short phrase: the field and what is wrong with it."""
+    from great_expectations.exceptions import ExpectationNotFoundError
+
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    fields = entry if isinstance(entry, dict) else {}
+    if isinstance(cause, ExpectationNotFoundError):
+        return f"unknown expectation type {fields.get('type')!r}"
+    errors = getattr(cause, "errors", None)
+    if callable(errors):  # GX's pydantic (v1) error over the expectation's fields
+        first = errors()[0]
+        loc = [str(p) for p in first.get("loc", ())]
+        if loc and loc[0] not in fields:  # GX's model flattens the kwargs into its fields
+            loc.insert(0, "kwargs")
+        return f"{'.'.join(loc)}: {first.get('msg')}" if loc else str(first.get("msg"))
+    return _first_line(cause)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _outcome(result: Any) -> ExpectationOutcome:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +14,14 @@ import torch
 from prefect.client.orchestration import get_client
 
 from evalsentry.config import load_config
-from evalsentry.history import History
+from evalsentry.history import History, iso_week
 from evalsentry.registry import Registry
 from flows.evaluate_candidate import evaluate_candidate
 from flows.weekly_eval import weekly_eval
 from tasks.evaluate import evaluate, on_device
 from tests.flows.api import task_runs
+from tests.flows.test_s3_store import s3_endpoint, s3_project  # noqa: F401 - fixtures, moto on loopback
+from tests.unit.test_evalsets import edit
 
 
 def history(config: Path) -> History:
@@ -36,6 +41,16 @@ async def _artifacts(flow_run_id: object) -> dict[str, list[Any]]:
     for artifact in artifacts:
         found.setdefault(artifact.key or str(artifact.type), []).append(artifact)
     return found
+
+
+def run_name(flow_run_id: object) -> str:
+    """The flow run's name, as the API recorded it."""
+
+    async def read() -> str:
+        async with get_client() as client:
+            return str((await client.read_flow_run(flow_run_id)).name)
+
+    return asyncio.run(read())
 
 
 def test_inference_is_tagged_gpu_only_on_cuda() -> None:
@@ -61,26 +76,26 @@ class TestWeeklyEval:
             True,
             True,
         )
-        assert first.name == "Completed" and "regression" in third.message
+        assert first.name == "Completed"
+        assert third.message.startswith("2026-W42: FAIL toy-model@v2 accuracy -")
+        assert "\n" not in third.message  # the run log shows it as one line, not escaped ones
         assert "toy-model@v2 on toy: accuracy vs previous-week" in third.message
         assert "flips -" in third.message and "p=" in third.message
         frame = history(toy_project).evaluations()
         assert frame["week"].tolist() == ["2026-W40", "2026-W41", "2026-W42"]
 
     def test_run_is_named_after_the_week_and_publishes_artifacts(self, toy_project: Path) -> None:
-        """The run name carries the week; report, table, link and progress artifacts exist.
+        """The run name carries week, kind and id; report, table, link and progress artifacts exist.
 
         Progress is throttled to one update a second, but every inference's ends at 100%. The
-        inference task takes a ``gpu`` slot only on CUDA.
+        inference task takes a ``gpu`` slot only on CUDA. The table is rounded; the link opens
+        this run's HTML report, and says it is a file on the worker's host.
         """
         state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
         flow_run_id = state.state_details.flow_run_id
-
-        async def name() -> str:
-            async with get_client() as client:
-                return (await client.read_flow_run(flow_run_id)).name
-
-        assert asyncio.run(name()) == "weekly-eval-2026-W40"
+        name = run_name(flow_run_id)
+        assert re.fullmatch(r"weekly-eval-2026-W40-backfill-[0-9a-f]{6}", name)
+        assert name.endswith(str(flow_run_id).replace("-", "")[:6])
         artifacts = asyncio.run(_artifacts(flow_run_id))
         assert {
             "weekly-eval-report",
@@ -92,8 +107,34 @@ class TestWeeklyEval:
         inference = [r for r in task_runs(flow_run_id) if r.name.startswith("evaluate-")]
         assert len(inference) == 1
         assert set(inference[0].tags) == ({"gpu"} if torch.cuda.is_available() else set())
-        report = Path(load_config(toy_project).store_url) / "reports" / "weekly-eval-2026-W40.md"
-        assert "### Lineage and cost" in report.read_text()
+        reports = Path(load_config(toy_project).store_url) / "reports"
+        assert "### Lineage and cost" in (reports / f"{name}.md").read_text()
+        (link,) = artifacts["weekly-eval-report-file"]
+        assert link.data == (
+            f"[HTML report of {name} (a file on the worker's host: open it there)]"
+            f"({(reports / f'{name}.html').as_uri()})"
+        )
+        (table,) = artifacts["weekly-eval-metrics"]
+        rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+        assert rows and {row["checkpoint"] for row in rows} == {"toy-model@v1"}
+        assert all(len(repr(row["value"]).partition(".")[2]) <= 7 for row in rows)
+
+    def test_each_run_keeps_its_report_and_the_week_points_at_the_latest(
+        self, toy_project: Path
+    ) -> None:
+        """Two manual runs of this week: two names, two report files, the week's copy the second's."""
+        first = weekly_eval(config=str(toy_project), return_state=True)
+        second = weekly_eval(config=str(toy_project), return_state=True)
+        names = [run_name(s.state_details.flow_run_id) for s in (first, second)]
+        pattern = rf"weekly-eval-{re.escape(iso_week())}-manual-[0-9a-f]{{6}}"
+        assert all(re.fullmatch(pattern, n) for n in names) and names[0] != names[1]
+        reports = Path(load_config(toy_project).store_url) / "reports"
+        latest = reports / f"weekly-eval-{iso_week()}"
+        for suffix in (".md", ".html"):
+            assert (reports / f"{names[0]}{suffix}").is_file()
+            second_file = (reports / f"{names[1]}{suffix}").read_bytes()
+            assert latest.with_suffix(suffix).read_bytes() == second_file
+        assert second.result()["report"] == (reports / f"{names[1]}.html").as_uri()
 
     def test_invalid_evalset_fails_before_any_inference(
         self, toy_project: Path, toy_evalset: Path
@@ -107,6 +148,20 @@ class TestWeeklyEval:
         assert state.is_failed()
         assert "evalset invalid" in state.message and "part-000.parquet" in state.message
         assert "ERROR every checkpoint on toy" in state.message
+        assert "more" not in state.message.split(" | ")[0]  # one problem, not repeated
+        assert history(toy_project).evaluations().empty
+
+    @pytest.mark.parametrize(
+        ("field", "value"), [("classes", [1, 0, 2]), ("metrics", ["top5_accuracy"])]
+    )
+    def test_an_edited_manifest_field_fails_the_run_naming_it(
+        self, toy_project: Path, toy_evalset: Path, field: str, value: object
+    ) -> None:
+        """Swapped classes or narrowed metrics, data untouched: Failed, naming the field; no rows."""
+        edit(toy_evalset, **{field: value})
+        state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+        assert state.is_failed()
+        assert f"evalset.yaml: {field}: changed since freeze" in state.message
         assert history(toy_project).evaluations().empty
 
     def test_corrupt_checkpoint_is_an_error_row_and_the_others_complete(
@@ -147,9 +202,53 @@ class TestEvaluateCandidate:
             return_state=True,
         )
         assert bad.is_failed() and "vs production" in bad.message
+        assert bad.message.startswith(f"{iso_week()}: FAIL toy-model (candidate file) accuracy -")
         assert good.is_completed()
+        sha = hashlib.sha256(toy_checkpoints["good"].read_bytes()).hexdigest()[:8]
+        name = run_name(good.state_details.flow_run_id)
+        assert re.fullmatch(rf"evaluate-candidate-toy-model-{sha}-[0-9a-f]{{6}}", name)
+        reports = Path(load_config(toy_project).store_url) / "reports"
+        assert (reports / f"{name}.md").is_file()
+        assert (reports / f"evaluate-candidate-{iso_week()}.md").is_file()
         kinds = history(toy_project).evaluations()["kind"].value_counts().to_dict()
         assert kinds == {"scheduled": 1, "candidate": 2}
+
+
+class TestNothingToEvaluate:
+    def test_a_mistyped_model_fails_the_run_with_a_did_you_mean(self, toy_project: Path) -> None:
+        """`models=["toy-modle"]`: Failed, naming the model and the closest one; nothing recorded."""
+        state = weekly_eval(
+            week="2026-W40", models=["toy-modle"], config=str(toy_project), return_state=True
+        )
+        assert state.is_failed()
+        assert state.message.startswith("2026-W40: ERROR nothing to evaluate | ")
+        assert "model 'toy-modle' is not registered. Did you mean 'toy-model'?" in state.message
+        assert history(toy_project).evaluations().empty
+
+    def test_an_empty_registry_fails_the_run_saying_how_to_register(
+        self, toy_project: Path, tmp_path: Path
+    ) -> None:
+        """No checkpoint registered: Failed with the register command, never an empty PASS."""
+        toy_project.write_text(
+            toy_project.read_text().replace("registry: registry", "registry: none")
+        )
+        state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+        assert state.is_failed()
+        assert "the registry holds no checkpoint; register one with `evalsentry register" in (
+            state.message
+        )
+
+
+def test_a_store_that_is_a_file_fails_the_run_before_any_inference(toy_project: Path) -> None:
+    """`store:` naming a file: Failed in seconds, naming it; no inference task ran."""
+    (toy_project.parent / "store").write_text("not a folder")
+    state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+    assert state.is_failed()
+    assert state.message.startswith("2026-W40: ERROR the store is unusable | ")
+    assert "the store is a file, not a folder" in state.message
+    assert not [
+        r for r in task_runs(state.state_details.flow_run_id) if r.name.startswith("evaluate-")
+    ]
 
 
 @pytest.mark.parametrize("week", ["2026-49", "W49"])
@@ -204,3 +303,56 @@ class TestDrift:
         )
         state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
         assert state.is_failed() and "DRIFT toy" in state.message
+
+
+def test_an_s3_store_links_a_signed_url_a_browser_can_open(
+    s3_project: Path,  # noqa: F811 - the fixture imported above
+    toy_checkpoints: dict[str, Path],
+) -> None:
+    """On an object store the link artifact is a presigned URL that serves this run's HTML report."""
+    import urllib.request
+
+    Registry(load_config(s3_project).registry_url).register(
+        toy_checkpoints["good"], "toy-model", stage="production"
+    )
+    state = weekly_eval(week="2026-W40", config=str(s3_project), return_state=True)
+    assert state.is_completed(), state.message
+    (link,) = asyncio.run(_artifacts(state.state_details.flow_run_id))["weekly-eval-report-file"]
+    match = re.fullmatch(
+        r"\[HTML report of (.+) \(signed link, valid until .+ UTC\)\]\((.+)\)", link.data
+    )
+    assert match, link.data
+    url = match.group(2)
+    assert url.startswith("http") and "Signature" in url and f"{match.group(1)}.html" in url
+    with urllib.request.urlopen(url, timeout=30) as reply:  # noqa: S310 - the test's moto server
+        assert b"<html" in reply.read().lower()
+
+
+def test_a_verdict_is_one_state_line_and_one_log_record_per_detail() -> None:
+    """A flow ending on `fail` is Failed with a capped one-line message; each line is its own log."""
+    from prefect import flow
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogWorker
+
+    from flows.runs import fail
+
+    @flow
+    def judged() -> object:
+        return fail("2026-W41: FAIL m@v2 accuracy -5.0 pts (p=0.002) and 4 more", list("abcde"))
+
+    state = judged(return_state=True)
+    assert state.is_failed()
+    assert state.message == (
+        "2026-W41: FAIL m@v2 accuracy -5.0 pts (p=0.002) and 4 more"
+        " | a | b | c | 2 more in the run's log and report"
+    )
+    APILogWorker.drain_all(timeout=30)  # the run's logs reach the API in batches
+
+    async def messages() -> list[str]:
+        async with get_client() as client:
+            logs = await client.read_logs(
+                LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id]))
+            )
+        return [log.message for log in logs]
+
+    assert {"a", "b", "c", "d", "e"} <= set(asyncio.run(messages()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xmlschema
 
 from evalsentry.cli import main
 from evalsentry.config import load_config
@@ -17,6 +19,8 @@ from evalsentry.evalsets import load_evalset
 from evalsentry.history import History
 from evalsentry.pipeline import Target, evaluate_checkpoint, record
 from tests.synthetic import accuracy_mask, record_week
+from tests.unit.test_evalsets import edit
+from tests.unit.test_report import JUNIT_XSD, assert_counts_match_elements
 
 N = 1000
 
@@ -59,6 +63,19 @@ def drop_weeks(project: Path) -> None:
     record_week(history, "2026-W42", after, checkpoint="d" * 64, version=2)
 
 
+def record_production(project: Path, checkpoint: Path, version: int, week: str) -> None:
+    """Evaluate ``checkpoint`` on the project's toy evalset as toy-model@v<version> in ``week``."""
+    settings = load_config(project / "evalsentry.yaml")
+    outcome = evaluate_checkpoint(
+        Target("toy-model", str(checkpoint), version, "production"),
+        load_evalset(project / "evalsets" / "toy"),
+        config=settings,
+        run_id=f"r{version}",
+        week=week,
+    )
+    record(History(settings.store_url), [outcome])
+
+
 class TestGateCommand:
     def test_regression_exits_1_with_junit_and_markdown(
         self, project: Path, capsys: pytest.CaptureFixture[str]
@@ -88,6 +105,70 @@ class TestGateCommand:
         assert "accuracy vs previous-week (2026-W42)" in names
         text = markdown.read_text()
         assert text.startswith("## evalsentry gate: 2026-W42") and "❌ FAIL" in text
+
+    def test_ci_files_go_into_folders_created_for_them(self, project: Path) -> None:
+        """Missing output folders are created; the files are whole, schema-valid and readable."""
+        drop_weeks(project)
+        junit, markdown = project / "reports" / "ci" / "gate.xml", project / "out" / "summary.md"
+        argv = ["gate", "--config", config(project), "--junit", str(junit)]
+        assert main([*argv, "--markdown", str(markdown)]) == 1
+        text = junit.read_text()
+        xmlschema.XMLSchema(JUNIT_XSD).validate(text)
+        root = ET.fromstring(text)
+        assert_counts_match_elements(root)
+        assert root.get("failures") == "4" and root.findall(".//skipped")
+        assert markdown.read_text().startswith("## evalsentry gate: 2026-W42")
+        umask = os.umask(0)
+        os.umask(umask)
+        for path in (junit, markdown):
+            assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+            assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
+
+    @pytest.mark.parametrize(
+        ("option", "where"),
+        [
+            ("--markdown", "blocker/summary.md"),
+            ("--junit", "blocker/ci/gate.xml"),
+            ("--junit", "reports"),
+            pytest.param(
+                "--junit",
+                "read-only/gate.xml",
+                marks=pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere"),
+            ),
+        ],
+    )
+    def test_unwritable_output_is_one_line_and_exit_2(
+        self, project: Path, capsys: pytest.CaptureFixture[str], option: str, where: str
+    ) -> None:
+        """An output path that cannot be written gives one line naming it and exit 2, not 1."""
+        drop_weeks(project)  # a regression (exit 1) is outranked by the unusable path
+        (project / "blocker").write_text("a file, not a folder")
+        (project / "reports").mkdir()
+        (project / "read-only").mkdir(mode=0o555)
+        before = sorted(p.name for p in project.rglob("*"))
+        assert main(["gate", "--config", config(project), option, str(project / where)]) == 2
+        out, err = capsys.readouterr()
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert err.startswith(f"error: {option} {project / where}: cannot write it (")
+        assert "give a file path in a folder you can write to" in err
+        assert out == ""  # nothing printed as if the gate had run through
+        assert sorted(p.name for p in project.rglob("*")) == before  # no half-written file
+
+    def test_summary_marks_report_only_slice_rows(
+        self, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Report-only slice rows are marked in summary.md and the CLI table; FAIL rows match the headline."""
+        drop_weeks(project)
+        markdown = project / "summary.md"
+        argv = ["gate", "--config", config(project), "--markdown", str(markdown), "--slices"]
+        assert main(argv) == 1
+        text = markdown.read_text()
+        verdicts = [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| ")]
+        assert "4 regression(s)" in text and verdicts.count("| ❌ FAIL") == 4
+        assert verdicts.count("| ❌ FAIL (report only)") == 8
+        assert "The 8 row(s) marked report only do not gate." in text
+        table = capsys.readouterr().out
+        assert table.count("❌ FAIL (report only)") == 8 and "accuracy [half=even]" in table
 
     def test_previous_week_passes_with_exit_0(self, project: Path) -> None:
         """The same predictions the week after pass."""
@@ -192,15 +273,7 @@ class TestEvaluateCommand:
     ) -> Path:
         """A project whose history holds one production result of the good toy checkpoint."""
         (tmp_path / "evalsentry.yaml").write_text("store: store\nevalsets: evalsets\n")
-        settings = load_config(tmp_path / "evalsentry.yaml")
-        outcome = evaluate_checkpoint(
-            Target("toy-model", str(toy_checkpoints["good"]), 1, "production"),
-            load_evalset(toy_evalset),
-            config=settings,
-            run_id="r1",
-            week="2026-W40",
-        )
-        record(History(settings.store_url), [outcome])
+        record_production(tmp_path, toy_checkpoints["good"], 1, "2026-W40")
         return tmp_path
 
     def test_degraded_candidate_exits_1_and_is_recorded_as_candidate(
@@ -221,11 +294,48 @@ class TestEvaluateCommand:
         code = evaluate_candidate(str(toy_checkpoints["good"]), with_production)
         assert code == 0
 
+    def test_an_unknown_model_exits_2_unless_it_is_declared_new(
+        self,
+        with_production: Path,
+        toy_checkpoints: dict[str, Path],
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """`--model toy-modle`: one line with a did-you-mean, nothing recorded; --new-model runs."""
+        argv = ["evaluate", "--checkpoint", str(toy_checkpoints["good"]), "--model", "toy-modle"]
+        argv += ["--config", config(with_production)]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert "model 'toy-modle' is neither registered nor in the history. Did you mean" in err
+        assert "--new-model" in err
+        assert History(str(with_production / "store")).evaluations(kind="candidate").empty
+        assert main([*argv, "--new-model"]) == 0
+        assert "no production result to compare with" in capsys.readouterr().out
+
+    def test_a_candidate_as_bad_as_a_degraded_production_exits_1(
+        self, with_production: Path, toy_checkpoints: dict[str, Path]
+    ) -> None:
+        """Production degraded after its baseline week: the same checkpoint fails as a candidate."""
+        record_production(with_production, toy_checkpoints["degraded"], 2, "2026-W41")
+        assert evaluate_candidate(str(toy_checkpoints["degraded"]), with_production) == 1
+
     def test_broken_candidate_exits_2(self, with_production: Path, tmp_path: Path) -> None:
         """A candidate file that is not a checkpoint is unusable input."""
         junk = tmp_path / "junk.pt"
         junk.write_bytes(b"junk")
         assert evaluate_candidate(str(junk), with_production) == 2
+
+    def test_a_manifest_narrowed_after_the_run_does_not_narrow_the_gate(
+        self, with_production: Path, toy_evalset: Path, toy_checkpoints: dict[str, Path]
+    ) -> None:
+        """``metrics:`` cut to top5 (always 1 on 3 classes) after a regression: still FAIL, exit 1.
+
+        The edited manifest no longer matches its frozen pins, so the gate judges every metric
+        the run recorded instead of trusting the edit.
+        """
+        record_production(with_production, toy_checkpoints["degraded"], 2, "2026-W41")
+        edit(toy_evalset, metrics=["top5_accuracy"])
+        assert main(["gate", "--week", "2026-W41", "--config", config(with_production)]) == 1
 
 
 class TestCostAndReportCommands:

@@ -61,3 +61,35 @@ def test_temporary_prefect_server_gets_time_to_start(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv(EPHEMERAL_STARTUP_ENV)
     ensure_prefect_api()
     assert int(os.environ[EPHEMERAL_STARTUP_ENV]) >= 60
+
+
+def test_run_with_nothing_to_evaluate_exits_2_before_starting_prefect(
+    tmp_path: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty registry, or a mistyped model, is one line and exit 2, with no server started."""
+    from evalsentry.cli import main
+    from evalsentry.registry import Registry
+
+    config = tmp_path / "evalsentry.yaml"
+    config.write_text("store: store\nregistry: registry\n")
+    assert main(["run", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "register one with `evalsentry register" in err
+    Registry(str(tmp_path / "registry")).register(tiny_checkpoint, "wine", stage="production")
+    assert main(["run", "--model", "wien", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: model 'wien' is not registered. Did you mean 'wine'?\n"
+
+
+def test_run_into_a_store_that_is_a_file_exits_2_before_starting_prefect(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`store:` naming a file: one line and exit 2 before any evaluation, not exit 1 after all."""
+    from evalsentry.cli import main
+
+    (tmp_path / "store").write_text("not a folder")
+    config = tmp_path / "evalsentry.yaml"
+    config.write_text("store: store\nregistry: registry\n")
+    assert main(["run", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the store is a file, not a folder" in err

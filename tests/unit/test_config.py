@@ -66,6 +66,87 @@ class TestLoad:
         config = load_config(Path(__file__).parents[2] / "evalsentry.yaml")
         assert config.evalsets_dir.endswith("evalsets")
 
+    def test_gate_metrics_override_the_defaults_key_by_key(self, tmp_path: Path) -> None:
+        """A file that sets only accuracy keeps every other metric's default tolerance."""
+        file = tmp_path / "evalsentry.yaml"
+        file.write_text(
+            "gate:\n  metrics:\n    accuracy: {max_drop: 0.05}\n    brier: {max_drop: 0.1}\n"
+        )
+        gate = load_config(file).gate
+        assert gate.tolerance("accuracy").max_drop == 0.05
+        assert gate.tolerance("brier").max_drop == 0.1
+        assert gate.tolerance("ece").max_drop == 0.02  # absolute, not the 1% relative default
+        assert gate.tolerance("nll").max_drop == "10%"
+        assert gate.tolerance("macro_f1").allowed_drop(0.9) == 0.01
+
+    def test_inference_timeout_defaults_to_an_hour_and_is_read(self, tmp_path: Path) -> None:
+        """Without a setting an evaluation may take an hour; the file's value is used as given."""
+        file = tmp_path / "evalsentry.yaml"
+        file.write_text("store: s\n")
+        assert load_config(file).inference_timeout_s == 3600
+        file.write_text("inference_timeout_s: 90\n")
+        assert load_config(file).inference_timeout_s == 90
+
+    @pytest.mark.parametrize("value", ["0", "-5", ".inf", "soon"])
+    def test_inference_timeout_must_be_a_positive_number(self, tmp_path: Path, value: str) -> None:
+        """A zero, negative, infinite or non-numeric timeout is refused, naming the field."""
+        file = tmp_path / "evalsentry.yaml"
+        file.write_text(f"inference_timeout_s: {value}\n")
+        with pytest.raises(ConfigError, match=r"evalsentry\.yaml: inference_timeout_s: "):
+            load_config(file)
+
+
+class TestUnreadableFile:
+    def test_not_utf8_names_the_file_and_the_byte(self, tmp_path: Path) -> None:
+        """A file in another encoding is a ConfigError naming it, not a UnicodeDecodeError."""
+        file = tmp_path / "evalsentry.yaml"
+        file.write_bytes("store: st\u00e9re\n".encode("latin-1"))
+        with pytest.raises(ConfigError, match=r"evalsentry\.yaml: not UTF-8 text \(byte 9\)"):
+            load_config(file)
+
+    @pytest.mark.parametrize(("text", "kind"), [("- a\n- b\n", "list"), ("hello\n", "str")])
+    def test_top_level_must_be_a_mapping(self, tmp_path: Path, text: str, kind: str) -> None:
+        """A list or a scalar at the top level is refused, naming what it is."""
+        file = tmp_path / "evalsentry.yaml"
+        file.write_text(text)
+        with pytest.raises(
+            ConfigError, match=rf"\(top level\): expected a mapping .* got a {kind}"
+        ):
+            load_config(file)
+
+    def test_root_is_not_a_setting(self, tmp_path: Path) -> None:
+        """`root:` (where relative locations resolve) comes from the file's place, never the file."""
+        file = tmp_path / "evalsentry.yaml"
+        file.write_text("root: /etc\nstore: s\n")
+        with pytest.raises(ConfigError, match=r"evalsentry\.yaml: root: not a setting"):
+            load_config(file)
+
+    @pytest.mark.parametrize(
+        ("key", "field", "kind"),
+        [("1", "1", "a number"), ("null", "null", "null"), ("2026-01-01", "2026-01-01", "a date")],
+    )
+    def test_setting_names_must_be_text(
+        self, tmp_path: Path, key: str, field: str, kind: str
+    ) -> None:
+        """A key YAML reads as a number, null or date is named, not a TypeError."""
+        file = tmp_path / "evalsentry.yaml"
+        file.write_text(f"{key}: x\n")
+        with pytest.raises(ConfigError, match=rf"evalsentry\.yaml: {field}: .* not {kind};"):
+            load_config(file)
+
+    def test_unhashable_key_names_the_line(self, tmp_path: Path) -> None:
+        """A list used as a key is a YAML error with its line."""
+        file = tmp_path / "evalsentry.yaml"
+        file.write_text("store: s\n? [a]\n: x\n")
+        with pytest.raises(ConfigError, match=r"found unhashable key, line 2"):
+            load_config(file)
+
+    def test_a_folder_is_not_a_config_file(self, tmp_path: Path) -> None:
+        """A folder named evalsentry.yaml cannot be read: said in one line."""
+        (tmp_path / "evalsentry.yaml").mkdir()
+        with pytest.raises(ConfigError, match=r"evalsentry\.yaml: cannot read it"):
+            load_config(tmp_path / "evalsentry.yaml")
+
 
 class TestTolerance:
     def test_absolute(self) -> None:

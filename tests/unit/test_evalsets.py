@@ -1,9 +1,12 @@
-"""Frozen evalsets: freeze, verify, load, validate, and every kind of bad input."""
+"""Frozen evalsets: freeze, identity, seal, verify, load, validate, and every kind of bad input."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -14,16 +17,19 @@ import yaml
 
 from evalsentry.errors import ConfigError, EvalsetError, EvalsetInvalid, EvalsetTampered
 from evalsentry.evalsets import (
+    EvalsetSpec,
     InputsSpec,
     check_evalset,
-    evalset_identity,
     load_evalset,
     read_spec,
     validate_evalset,
 )
-from evalsentry.freeze import freeze_evalset
+from evalsentry.freeze import freeze_evalset, seal_evalset
+from evalsentry.identity import RESULT_FIELDS, EvalsetFieldChanged, field_digests, identity_gaps
 
 ROWS = 60
+# Recorded in every history that ever evaluated the shipped digits evalset.
+DIGITS_SHA = "aefea14f82ebdf0a51a1624d98f994072b47f19d5de8bdcd19107eb3c1369f27"
 
 
 def tensor_table(rows: int = ROWS, seed: int = 0) -> pa.Table:
@@ -56,6 +62,15 @@ def freeze_tensor(dest: Path, table: pa.Table | None = None, **kw: object) -> Pa
     return dest
 
 
+def repin(folder: Path, manifest: dict[str, Any]) -> None:
+    """Write ``manifest`` with its identity and field hashes recomputed, as a forger would."""
+    spec = EvalsetSpec.model_validate(manifest)
+    manifest["evalset_sha256"] = spec.identity()
+    if spec.field_sha256 is not None:
+        manifest["field_sha256"] = field_digests(spec.result_fields())
+    (folder / "evalset.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+
+
 def rewrite(folder: Path, table: pa.Table) -> None:
     """Replace the data and re-pin the manifest, as someone bypassing freeze would."""
     path = folder / "data" / "part-000.parquet"
@@ -65,15 +80,36 @@ def rewrite(folder: Path, table: pa.Table) -> None:
     manifest = yaml.safe_load((folder / "evalset.yaml").read_text())
     sha, size = sha256_file(path)
     manifest["files"] = [{"path": "data/part-000.parquet", "sha256": sha, "size": size}]
-    spec = read_spec(folder)
-    manifest["evalset_sha256"] = evalset_identity(
-        [type(spec.files[0])(path="data/part-000.parquet", sha256=sha, size=size)],
-        spec.task,
-        spec.inputs,
-        spec.target,
-        spec.id_column,
-    )
+    repin(folder, manifest)
+
+
+def edit(folder: Path, **fields: object) -> None:
+    """Change manifest fields in place, without re-pinning anything."""
+    manifest = yaml.safe_load((folder / "evalset.yaml").read_text())
+    manifest.update(fields)
     (folder / "evalset.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+
+
+def v1_identity(manifest: dict[str, Any]) -> str:
+    """The identity hash exactly as evalsentry computed it before identity version 2."""
+    canonical = {
+        "files": sorted([f["path"], f["sha256"]] for f in manifest["files"]),
+        "id_column": manifest["id_column"],
+        "inputs": {k: v for k, v in manifest["inputs"].items() if v is not None},
+        "target": manifest["target"],
+        "task": manifest["task"],
+    }
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def as_v1(folder: Path) -> str:
+    """Turn a fresh freeze into an evalset frozen before identity version 2; its old sha."""
+    manifest = yaml.safe_load((folder / "evalset.yaml").read_text())
+    del manifest["identity_version"], manifest["field_sha256"]
+    manifest["evalset_sha256"] = v1_identity(manifest)
+    (folder / "evalset.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return str(manifest["evalset_sha256"])
 
 
 @pytest.fixture
@@ -177,6 +213,203 @@ class TestFreeze:
         with pytest.raises(EvalsetError, match="unique"):
             freeze_tensor(tmp_path / "dup", table)
 
+    @pytest.mark.parametrize(
+        ("labels", "match"),
+        [
+            ([0.0, 1.0, 2.0] * (ROWS // 3), r"'label' is double; .* must be integers or strings"),
+            ([True, False] * (ROWS // 2), r"'label' is bool"),
+        ],
+    )
+    def test_classification_labels_must_be_integers_or_strings(
+        self, tmp_path: Path, labels: list[object], match: str
+    ) -> None:
+        """Float or boolean class labels are refused at freeze with the fix, nothing written."""
+        table = tensor_table().set_column(2, "label", pa.array(labels))
+        with pytest.raises(EvalsetError, match=match):
+            freeze_tensor(tmp_path / "bad", table)
+        assert not (tmp_path / "bad").exists()
+
+    @pytest.mark.parametrize(
+        ("column", "broken", "match"),
+        [
+            ("group", lambda t: [None, *t.column("group").to_pylist()[1:]], r"'group' has null"),
+            ("x", lambda t: [None, *t.column("x").to_pylist()[1:]], r"'x' is null in 1 row"),
+            (
+                "x",
+                lambda t: [[float("nan")] * 6, *t.column("x").to_pylist()[1:]],
+                r"'x' has NaN or infinite values in 1 row\(s\), first at row 0",
+            ),
+        ],
+    )
+    def test_values_the_suite_would_refuse_are_refused_at_freeze(
+        self, tmp_path: Path, column: str, broken: Any, match: str
+    ) -> None:
+        """A null slice value, a null or NaN input: refused at freeze, not at the first week."""
+        table = tensor_table()
+        index = table.column_names.index(column)
+        values = pa.array(broken(table), type=table.schema.field(column).type)
+        with pytest.raises(EvalsetError, match=match):
+            freeze_tensor(tmp_path / "bad", table.set_column(index, column, values))
+        assert not (tmp_path / "bad").exists()
+
+    def test_infinite_regression_target_is_refused(self, tmp_path: Path) -> None:
+        """An inf regression target is refused naming the column and the first row."""
+        frame = pa.table({"a": [1.0, 2.0, 3.0], "y": [0.5, float("inf"), 2.5]})
+        with pytest.raises(EvalsetError, match=r"'y' has 1 infinite label\(s\), first at row 1"):
+            freeze_evalset(
+                frame,
+                tmp_path / "reg",
+                name="reg",
+                task="regression",
+                target="y",
+                inputs=InputsSpec(columns=["a"]),
+            )
+
+    @pytest.mark.parametrize(
+        ("classes", "match"),
+        [
+            ([0, 1], r"labels not among them: \['2'\]"),
+            ([0, 1, 2, 3], r"classes without an example: \['3'\]"),
+            ([0, 1, 1, 2], "each class may appear once"),
+        ],
+    )
+    def test_given_classes_must_be_the_labels(
+        self, tmp_path: Path, classes: list[int], match: str
+    ) -> None:
+        """Classes given at freeze must be the label set, once each, or the suite would fail."""
+        with pytest.raises(EvalsetError, match=match):
+            freeze_tensor(tmp_path / "bad", classes=classes)
+
+    def test_given_class_order_is_kept(self, tmp_path: Path) -> None:
+        """Classes given in a chosen order are frozen in that order (it maps outputs to labels)."""
+        folder = freeze_tensor(tmp_path / "ordered", classes=[2, 0, 1])
+        assert read_spec(folder).classes == [2, 0, 1]
+        assert load_evalset(folder).targets[:3].tolist() == [1, 2, 0]
+
+
+class TestIdentity:
+    def test_freeze_pins_every_result_changing_field(self, frozen: Path) -> None:
+        """A new freeze writes identity version 2 with one hash per result-changing field."""
+        spec = read_spec(frozen)
+        manifest = yaml.safe_load((frozen / "evalset.yaml").read_text())
+        assert spec.identity_version == 2 and manifest["identity_version"] == 2
+        assert list(spec.field_sha256 or {}) == list(RESULT_FIELDS)
+        assert spec.evalset_sha256 == spec.identity() != v1_identity(manifest)
+
+    @pytest.mark.parametrize(
+        ("field", "value"),
+        [
+            ("classes", [1, 0, 2]),
+            ("metrics", ["top5_accuracy"]),
+            ("slices", []),
+            ("task", "regression"),
+            ("id_column", "group"),
+        ],
+    )
+    def test_an_edited_field_is_named_at_load_and_validation(
+        self, frozen: Path, field: str, value: object
+    ) -> None:
+        """Editing any result-changing field of a version-2 manifest fails, naming that field."""
+        edit(frozen, **{field: value})
+        for use in (load_evalset, check_evalset):
+            with pytest.raises(EvalsetFieldChanged) as err:
+                use(frozen)
+            assert err.value.fields == [field]
+            assert f"evalset.yaml: {field}: changed since freeze" in str(err.value)
+
+    def test_two_versions_differing_only_in_class_order_have_different_identities(
+        self, tmp_path: Path
+    ) -> None:
+        """The gate compares by identity: a different class order is another evalset."""
+        a = read_spec(freeze_tensor(tmp_path / "a" / "toy", classes=[0, 1, 2]))
+        b = read_spec(freeze_tensor(tmp_path / "b" / "toy", classes=[1, 0, 2]))
+        assert a.files == b.files and a.evalset_sha256 != b.evalset_sha256
+
+    def test_a_downgraded_identity_version_is_caught(self, frozen: Path) -> None:
+        """Removing identity_version (reading as the older, narrower scheme) fails the identity."""
+        manifest = yaml.safe_load((frozen / "evalset.yaml").read_text())
+        del manifest["identity_version"]
+        (frozen / "evalset.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+        with pytest.raises(EvalsetTampered, match=r"evalset\.yaml: evalset file changed"):
+            load_evalset(frozen)
+
+    def test_an_edited_field_hash_is_caught(self, frozen: Path) -> None:
+        """A field hash edited to match an edited field still fails the identity hash."""
+        manifest = yaml.safe_load((frozen / "evalset.yaml").read_text())
+        manifest["classes"] = [1, 0, 2]
+        fields = EvalsetSpec.model_validate(manifest).result_fields()
+        manifest["field_sha256"]["classes"] = field_digests(fields)["classes"]
+        (frozen / "evalset.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+        with pytest.raises(EvalsetTampered, match=r"evalset\.yaml"):
+            load_evalset(frozen)
+
+    def test_edited_num_rows_is_caught_at_load(self, frozen: Path) -> None:
+        """A num_rows that no longer matches the data is refused, naming the field."""
+        edit(frozen, num_rows=ROWS - 1)
+        with pytest.raises(EvalsetError, match=rf"num_rows: {ROWS - 1}, but the data holds {ROWS}"):
+            load_evalset(frozen)
+
+
+class TestVersion1:
+    def test_an_old_manifest_verifies_with_its_old_sha(self, frozen: Path) -> None:
+        """A manifest frozen before identity version 2 loads, validates and keeps its sha."""
+        old_sha = as_v1(frozen)
+        spec = read_spec(frozen)
+        assert spec.identity_version == 1 and spec.identity() == old_sha
+        assert load_evalset(frozen).sha256 == old_sha
+        assert check_evalset(frozen).success
+        assert identity_gaps(spec) == ["slices"]
+
+    def test_swapped_classes_are_caught_against_the_suite(self, frozen: Path) -> None:
+        """Version 1 does not hash classes; their frozen order in the suite still catches a swap."""
+        as_v1(frozen)
+        edit(frozen, classes=[1, 0, 2])
+        with pytest.raises(
+            EvalsetFieldChanged, match=r"classes: \[1, 0, 2\] differs from \[0, 1, 2\]"
+        ):
+            load_evalset(frozen)
+
+    def test_an_unpinned_metrics_list_is_refused(self, frozen: Path) -> None:
+        """A metrics list nothing pins (version 1, not sealed) is refused, pointing at seal."""
+        as_v1(frozen)
+        edit(frozen, metrics=["top5_accuracy"])
+        with pytest.raises(EvalsetFieldChanged, match=r"metrics: .*evalset seal toy"):
+            check_evalset(frozen)
+
+    def test_seal_pins_the_fields_and_keeps_the_sha(self, frozen: Path) -> None:
+        """Sealing adds field hashes, keeps evalset_sha256, and then catches a removed slice."""
+        old_sha = as_v1(frozen)
+        before = (frozen / "evalset.yaml").read_text()
+        spec = seal_evalset(frozen)
+        assert spec.evalset_sha256 == old_sha and spec.identity_version == 1
+        assert (frozen / "evalset.yaml").read_text().startswith(before)
+        assert identity_gaps(spec) == [] and load_evalset(frozen).sha256 == old_sha
+        edit(frozen, slices=[])
+        with pytest.raises(EvalsetFieldChanged, match="slices: changed since freeze"):
+            load_evalset(frozen)
+
+    def test_seal_vouches_for_a_metrics_list(self, frozen: Path) -> None:
+        """A version-1 metrics list is usable once sealed, and pinned from then on."""
+        as_v1(frozen)
+        manifest = yaml.safe_load((frozen / "evalset.yaml").read_text())
+        manifest["metrics"] = ["accuracy"]
+        (frozen / "evalset.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+        seal_evalset(frozen)
+        assert load_evalset(frozen).spec.metrics == ["accuracy"]
+        edit(frozen, metrics=["top5_accuracy"])
+        with pytest.raises(EvalsetFieldChanged, match="metrics: changed since freeze"):
+            load_evalset(frozen)
+
+    def test_seal_refuses_what_it_can_prove_wrong_or_needs_no_seal(self, frozen: Path) -> None:
+        """Seal refuses a version-2 evalset, and a version-1 one whose classes were swapped."""
+        with pytest.raises(EvalsetError, match="pinned already"):
+            seal_evalset(frozen)
+        as_v1(frozen)
+        edit(frozen, classes=[1, 0, 2])
+        with pytest.raises(EvalsetFieldChanged, match="classes"):
+            seal_evalset(frozen)
+        assert "field_sha256" not in (frozen / "evalset.yaml").read_text()
+
 
 class TestVerifyAndLoad:
     def test_load_gives_tensors_ids_and_slices(self, frozen: Path) -> None:
@@ -240,13 +473,7 @@ class TestVerifyAndLoad:
         """A manifest whose shape no longer fits the stored vectors is refused at load."""
         manifest = yaml.safe_load((frozen / "evalset.yaml").read_text())
         manifest["inputs"]["shape"] = [3, 3]
-        spec = read_spec(frozen)
-        from evalsentry.evalsets import InputsSpec as Spec
-
-        manifest["evalset_sha256"] = evalset_identity(
-            spec.files, spec.task, Spec(column="x", shape=[3, 3]), spec.target, spec.id_column
-        )
-        (frozen / "evalset.yaml").write_text(yaml.safe_dump(manifest))
+        repin(frozen, manifest)
         with pytest.raises(EvalsetError, match=r"needs fixed_size_list<float32>\[9\]"):
             load_evalset(frozen)
 
@@ -345,3 +572,10 @@ def test_shipped_digits_evalset_verifies() -> None:
     assert evalset.inputs.shape == (719, 1, 8, 8)
     assert evalset.spec.classes == list(range(10))
     assert evalset.spec.license and evalset.spec.provenance
+
+
+def test_shipped_digits_evalset_keeps_its_recorded_sha() -> None:
+    """The shipped digits evalset is identity version 1 and its recorded sha is unchanged."""
+    spec = read_spec(Path(__file__).parents[2] / "evalsets" / "digits")
+    assert spec.identity_version == 1
+    assert spec.evalset_sha256 == DIGITS_SHA == spec.identity()

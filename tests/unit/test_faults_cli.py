@@ -44,7 +44,15 @@ def test_f3_truncated_candidate_is_refused(project: Path, toy_checkpoints: dict[
     path = toy_checkpoints["good"]
     path.write_bytes(path.read_bytes()[:1000])
     err = one_line_error(
-        run_cli("evaluate", "--checkpoint", str(path), "--model", "toy-model", cwd=project)
+        run_cli(
+            "evaluate",
+            "--checkpoint",
+            str(path),
+            "--model",
+            "toy-model",
+            "--new-model",
+            cwd=project,
+        )
     )
     assert "corrupt or truncated" in err
 
@@ -72,7 +80,7 @@ def test_f5_malicious_pickle_is_refused_at_registration_and_evaluation(
     torch.save({"model_state_dict": {}, "lineage": Marker(str(marker))}, evil)
     assert "refused" in one_line_error(run_cli("register", str(evil), "--model", "m", cwd=project))
     err = one_line_error(
-        run_cli("evaluate", "--checkpoint", str(evil), "--model", "m", cwd=project)
+        run_cli("evaluate", "--checkpoint", str(evil), "--model", "m", "--new-model", cwd=project)
     )
     assert "refused" in err
     assert not marker.exists()
@@ -153,6 +161,7 @@ def test_f14_unwritable_store_is_a_clear_error_and_keeps_history(
             str(toy_checkpoints["good"]),
             "--model",
             "toy-model",
+            "--new-model",
             "--config",
             str(project / "evalsentry.yaml"),
         ]
@@ -185,3 +194,181 @@ def test_f15_older_schema_reads_and_newer_schema_is_refused(project: Path) -> No
         newer.cast(EVALUATIONS_SCHEMA), project / "store" / "evaluations" / "future.parquet"
     )
     assert "newer evalsentry" in one_line_error(run_cli("history", cwd=project))
+
+
+# --- issue 13, point 6: damaged or misplaced files are one line, exit 2, nothing lost -----------
+
+
+def cli_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """Run the CLI in this process; assert exit 2 and one line without traceback; the line."""
+    from evalsentry.cli import main
+
+    code = main(list(args))
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+def truncate(path: Path) -> bytes:
+    """Cut ``path`` to half its size, as a crashed copy would; return the bytes left."""
+    data = path.read_bytes()[: path.stat().st_size // 2]
+    path.write_bytes(data)
+    return data
+
+
+def files_under(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (hidden ones too) with its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("command", ["gate", "report"])
+def test_f30_damaged_predictions_file_is_named(
+    project: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """30: a truncated predictions file stops gate and report with one line naming it, exit 2."""
+    history = History(str(project / "store"))
+    record_week(history, "2026-W40", accuracy_mask(100, 0.9))
+    current = record_week(history, "2026-W41", accuracy_mask(100, 0.9, seed=1))
+    damaged = project / "store" / "predictions" / f"{current}.parquet"
+    left = truncate(damaged)
+    before = files_under(project / "store")
+    err = cli_error(capsys, command, "--config", str(project / "evalsentry.yaml"))
+    assert f"{damaged}: damaged predictions file" in err and "move the damaged file aside" in err
+    assert damaged.read_bytes() == left
+    assert {k: v for k, v in files_under(project / "store").items() if "reports" not in k} == before
+
+
+def test_f31_compaction_stops_at_a_damaged_file_and_keeps_every_file(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """31: `history compact` names the damaged file, exit 2; that table's files stay byte for byte."""
+    history = History(str(project / "store"))
+    for week in (40, 41, 42):
+        record_week(history, f"2026-W{week}", accuracy_mask(100, 0.9, seed=week))
+    metrics = project / "store" / "metrics"
+    damaged = sorted(metrics.glob("*.parquet"))[1]
+    truncate(damaged)
+    before = files_under(metrics)
+    err = cli_error(capsys, "history", "compact", "--config", str(project / "evalsentry.yaml"))
+    assert f"{damaged}: damaged history file" in err and "not compacted" in err
+    assert files_under(metrics) == before  # no merged file, no temporary file, nothing removed
+    # The tables compacted before it hold every row.
+    assert len(history.evaluations(include_superseded=True)) == 3
+
+
+@pytest.mark.parametrize(
+    ("suite", "named"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[]", "expected a JSON object"),
+        ('{"name": "toy", "expectations": "all"}', "expectations: Input should be a valid list"),
+        (
+            '{"name": "toy", "expectations": [{"type": "nope", "kwargs": {}}]}',
+            "unknown expectation",
+        ),
+        (
+            '{"name": "toy", "expectations": '
+            '[{"type": "expect_column_values_to_not_be_null", "kwargs": {}}]}',
+            "expectations.0 (expect_column_values_to_not_be_null): kwargs.column",
+        ),
+    ],
+)
+def test_f32_malformed_expectation_suite_is_named(
+    project: Path,
+    toy_evalset: Path,
+    toy_checkpoints: dict[str, Path],
+    suite: str,
+    named: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """32: a malformed expectations.json is one line naming it, for `evalset verify` and a run's validation."""
+    (toy_evalset / "expectations.json").write_text(suite)
+    config = str(project / "evalsentry.yaml")
+    err = cli_error(capsys, "evalset", "verify", "toy", "--config", config)
+    assert f"{toy_evalset / 'expectations.json'}: " in err and named in err
+    err = cli_error(
+        capsys,
+        "evaluate",
+        "--checkpoint",
+        str(toy_checkpoints["good"]),
+        "--model",
+        "toy-model",
+        "--new-model",
+        "--config",
+        config,
+    )
+    assert f"{toy_evalset / 'expectations.json'}: " in err and named in err
+    assert not (project / "store").exists()  # nothing evaluated, nothing recorded
+
+
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        (b"store: st\xe9re\n", "evalsentry.yaml: not UTF-8 text"),
+        (b"- store\n- registry\n", "evalsentry.yaml: (top level): expected a mapping"),
+        (b"root: /etc\n", "evalsentry.yaml: root: not a setting"),
+        (b"1: x\n", "evalsentry.yaml: 1: a setting name must be text"),
+        (b"null: x\n", "evalsentry.yaml: null: a setting name must be text"),
+        (b"? [a]\n: x\n", "evalsentry.yaml: not valid YAML (found unhashable key, line 1)"),
+    ],
+)
+def test_f33_unreadable_evalsentry_yaml_is_named(
+    project: Path, content: bytes, named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """33: evalsentry.yaml not UTF-8, not a mapping, with `root:` or a non-text key: file and field."""
+    (project / "evalsentry.yaml").write_bytes(content)
+    assert named in cli_error(capsys, "gate", "--config", str(project / "evalsentry.yaml"))
+
+
+def test_f34_registry_that_is_a_file_is_refused(
+    project: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """34: `registry:` naming a file: register and list fail with one line, not an empty list."""
+    registry = project / "registry"
+    registry.write_text("not a folder")
+    config = str(project / "evalsentry.yaml")
+    for args in (
+        ("register", str(tiny_checkpoint), "--model", "m"),
+        ("registry", "list"),
+        ("registry", "show", "m"),
+    ):
+        err = cli_error(capsys, *args, "--config", config)
+        assert f"{registry}: the registry is a file, not a folder" in err, args
+        assert "point `registry:`" in err
+    assert registry.read_text() == "not a folder"
+
+
+def test_f35_store_that_is_a_file_fails_before_any_evaluation(
+    project: Path,
+    toy_checkpoints: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """35: `store:` naming a file: evaluate stops before inference, gate before reading; one line."""
+    from evalsentry import pipeline
+
+    def no_inference(*args: object, **kwargs: object) -> None:
+        raise AssertionError("evaluated although the store cannot be written")
+
+    monkeypatch.setattr(pipeline, "evaluate_checkpoint", no_inference)
+    store = project / "store"
+    store.write_text("not a folder")
+    config = str(project / "evalsentry.yaml")
+    for args in (
+        (
+            "evaluate",
+            "--checkpoint",
+            str(toy_checkpoints["good"]),
+            "--model",
+            "toy-model",
+            "--new-model",
+        ),
+        ("gate",),
+        ("history",),
+        ("history", "compact"),
+    ):
+        err = cli_error(capsys, *args, "--config", config)
+        assert f"{store}: the store is a file, not a folder" in err, args
+        assert "point `store:`" in err
+    assert store.read_text() == "not a folder"

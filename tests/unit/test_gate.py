@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from evalsentry.config import GatePolicy, Tolerance
-from evalsentry.gate import GateReport, Verdict, gate_candidate, gate_week
+from evalsentry.gate import Comparison, GateReport, Verdict, gate_candidate, gate_week
 from evalsentry.history import History
 from tests.synthetic import accuracy_mask, record_week
 
@@ -63,6 +63,8 @@ class TestVerdicts:
         assert (acc.newly_wrong, acc.newly_right) == (45, 0)
         assert report.exit_code == 1
         message = report.message()
+        assert message.splitlines()[0] == report.headline()
+        assert report.headline().startswith("2026-W41: FAIL m@v2 accuracy -4.5 pts (p=")
         assert "m@v2 on toy: accuracy vs previous-week" in message
         assert "drop +0.0450" in message and "p=" in message and "flips -45/+0" in message
 
@@ -204,11 +206,60 @@ class TestCandidate:
         assert overall(report, "production").verdict == Verdict.FAIL
 
     def test_candidates_never_count_as_the_weeks_production_result(self, history: History) -> None:
-        """Candidate evaluations do not take part in the weekly gate's production line."""
+        """A week with only a candidate has no production result: nothing evaluated, ERROR."""
         record_week(history, "2026-W40", accuracy_mask(N, 0.9))
         record_week(history, "2026-W41", accuracy_mask(N, 0.5), kind="candidate", stage="candidate")
         report = gate_week(history, "2026-W41", POLICY)
-        assert report.comparisons == [] and report.exit_code == 0
+        assert [c.verdict for c in report.comparisons] == [Verdict.ERROR]
+        assert report.exit_code == 2
+
+    def test_a_candidate_as_bad_as_a_degraded_production_fails_against_the_baseline(
+        self, history: History
+    ) -> None:
+        """Production degraded in week 41; a candidate equal to it passes that, not the baseline."""
+        before = accuracy_mask(N, 0.9)
+        worse = before.copy()
+        worse[np.flatnonzero(before)[:80]] = False
+        record_week(history, "2026-W40", before)
+        record_week(history, "2026-W41", worse, checkpoint="d" * 64, version=2)
+        candidate_id = record_week(
+            history, "2026-W42", worse, kind="candidate", stage="candidate", checkpoint="e" * 64
+        )
+        row = history.evaluations(kind="candidate").set_index("evaluation_id").loc[candidate_id]
+        row["evaluation_id"] = candidate_id
+        report = gate_candidate(history, row, POLICY)
+        assert overall(report, "production").verdict == Verdict.PASS
+        baseline = overall(report, "baseline")
+        assert baseline.verdict == Verdict.FAIL and baseline.reference_week == "2026-W40"
+        assert report.verdict == Verdict.FAIL and report.exit_code == 1
+
+
+class TestNothingEvaluated:
+    def test_a_week_never_evaluated_is_an_error_naming_the_latest(self, history: History) -> None:
+        """No result in the week: one ERROR saying so and which week has results, exit 2."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        report = gate_week(history, "2030-W05", POLICY)
+        (error,) = report.comparisons
+        assert error.verdict == Verdict.ERROR and report.exit_code == 2
+        assert error.reason == (
+            "no result of week 2030-W05; the latest week with results is 2026-W40"
+        )
+        assert report.headline().startswith("2030-W05: ERROR nothing evaluated (no result")
+
+    def test_an_empty_history_says_so(self, history: History) -> None:
+        """Nothing recorded at all: ERROR, never PASS."""
+        report = gate_week(history, "2026-W40", POLICY)
+        assert report.verdict == Verdict.ERROR
+        assert report.comparisons[0].reason.endswith("no weekly result is recorded yet")
+
+    def test_a_mistyped_model_or_evalset_gets_a_did_you_mean(self, history: History) -> None:
+        """A model or evalset that never had a result is named, with the closest that did."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9), model="wine")
+        (by_model,) = gate_week(history, "2026-W40", POLICY, model="wien").comparisons
+        assert "model 'wien' has none in any week. Did you mean 'wine'?" in by_model.reason
+        (by_set,) = gate_week(history, "2026-W40", POLICY, evalset="toys").comparisons
+        assert "evalset 'toys' has none in any week. Did you mean 'toy'?" in by_set.reason
+        assert by_set.evalset == "toys" and by_set.verdict == Verdict.ERROR
 
 
 def test_gate_can_be_restricted_to_some_models(history: History) -> None:
@@ -242,3 +293,88 @@ def test_different_examples_are_an_error(history: History) -> None:
     record_week(history, "2026-W40", accuracy_mask(N, 0.9))
     record_week(history, "2026-W41", accuracy_mask(N - 10, 0.9))
     assert "different example ids" in gate_week(history, "2026-W41", POLICY).errors[0].reason
+
+
+def judged(verdict: Verdict, metric: str = "accuracy", **fields: object) -> Comparison:
+    """A comparison of m@v2 on toy vs the previous week: accuracy 0.90 -> 0.85, Holm p 0.002."""
+    base: dict[str, object] = {
+        "evaluation_id": "e",
+        "week": "2026-W41",
+        "model": "m",
+        "version": 2,
+        "evalset": "toy",
+        "reference": "previous-week",
+        "reason": "drop beyond tolerance and significant",
+        "reference_week": "2026-W40",
+        "reference_value": 0.9,
+        "value": 0.85,
+        "delta": -0.05,
+        "drop": 0.05,
+        "tolerance": 0.01,
+        "p_value": 0.001,
+        "p_adjusted": 0.002,
+        "method": "mcnemar-exact",
+        "newly_wrong": 50,
+        "newly_right": 0,
+        "n": 1000,
+    }
+    return Comparison(verdict=verdict, metric=metric, **{**base, **fields})  # type: ignore[arg-type]
+
+
+class TestHeadline:
+    def test_one_fail_reads_as_a_verdict_with_points_and_p(self) -> None:
+        """An accuracy FAIL is one line: week, verdict, checkpoint, metric, points, p."""
+        report = GateReport("2026-W41", [judged(Verdict.FAIL), judged(Verdict.PASS, "nll")])
+        assert report.headline() == "2026-W41: FAIL m@v2 accuracy -5.0 pts (p=0.002)"
+
+    def test_worst_leads_and_the_rest_are_counted(self) -> None:
+        """An ERROR outranks a FAIL in the lead; each other problem is counted, warnings not."""
+        report = GateReport(
+            "2026-W41",
+            [
+                judged(Verdict.FAIL),
+                judged(Verdict.WARN, "ece"),
+                judged(Verdict.FAIL, reference="baseline"),
+                judged(Verdict.ERROR, "nll", reason="not comparable: metric missing", delta=None),
+            ],
+        )
+        assert report.headline() == (
+            "2026-W41: ERROR m@v2 nll (not comparable: metric missing) and 2 more"
+        )
+
+    def test_other_metrics_change_in_their_unit_and_a_baseline_is_named(self) -> None:
+        """A bootstrap-tested metric changes by its own value, not points; `vs baseline` is said."""
+        nll = judged(Verdict.FAIL, "nll", reference="baseline", delta=0.1234, method="bootstrap")
+        assert GateReport("2026-W41", [nll]).headline() == (
+            "2026-W41: FAIL m@v2 nll +0.123 vs baseline (p=0.002)"
+        )
+
+    def test_the_evalset_is_named_when_the_week_has_several(self) -> None:
+        """With two evalsets in the report, the lead says which one regressed."""
+        report = GateReport(
+            "2026-W41", [judged(Verdict.FAIL, evalset="digits"), judged(Verdict.PASS)]
+        )
+        assert report.headline().startswith("2026-W41: FAIL m@v2 on digits accuracy")
+
+    def test_a_long_error_reason_is_cut(self) -> None:
+        """A failed evaluation's error (paths, stack text) is cut short in the headline."""
+        error = judged(
+            Verdict.ERROR, "*", reference="none", reason="evaluation failed: " + "x" * 200
+        )
+        headline = GateReport("2026-W41", [error]).headline()
+        assert headline.endswith("…)") and len(headline) < 120
+
+    def test_without_problems_it_gives_the_verdict_and_warnings(self) -> None:
+        """A passing week says PASS or WARN and how many warnings; the message is just that."""
+        report = GateReport("2026-W41", [judged(Verdict.WARN), judged(Verdict.PASS, "nll")])
+        assert report.headline() == "2026-W41: WARN, 1 warning(s)"
+        assert report.message() == report.headline()
+
+    def test_message_on_one_line_keeps_every_detail(self) -> None:
+        """Joined for a state message, the lines hold no newline and still name every problem."""
+        report = GateReport(
+            "2026-W41", [judged(Verdict.FAIL), judged(Verdict.FAIL, reference="baseline")]
+        )
+        one_line = report.message(sep=" | ")
+        assert "\n" not in one_line and one_line.startswith(report.headline() + " | FAIL")
+        assert one_line.count("drop beyond tolerance and significant") == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -236,3 +237,119 @@ class TestCompaction:
             evaluation_id
         ]
         assert history.metrics([evaluation_id]).duplicated(["metric", "slice"]).sum() == 0
+
+
+class TestWeekOrder:
+    def test_weeks_order_as_dates_and_invalid_ones_are_left_out(self) -> None:
+        """Weeks sort by their Monday across year ends; strings that are not weeks are dropped."""
+        from evalsentry.history import latest_week, weeks_in_order
+
+        full_width = "\uff12\uff10\uff12\uff16-W11"
+        weeks = ["2026-W10", "2025-W52", full_width, "2026-W09", "2026-W01", "2026-W10"]
+        assert weeks_in_order(weeks) == ["2025-W52", "2026-W01", "2026-W09", "2026-W10"]
+        assert latest_week(weeks) == "2026-W10"
+        assert latest_week([full_width]) is None and latest_week([]) is None
+
+    def test_iso_week_of_a_year_with_53_weeks(self) -> None:
+        """The last days of 2026 and the first of 2027 are week 53 of 2026, which is valid."""
+        from datetime import datetime
+
+        from evalsentry.names import check_week
+
+        assert check_week(iso_week(datetime(2026, 12, 31))) == "2026-W53"
+        assert iso_week(datetime(2027, 1, 4)) == "2027-W01"
+
+
+class TestDamagedAndMisplacedStore:
+    def test_damaged_file_is_named_not_only_its_folder(self, store: Path) -> None:
+        """A truncated metrics file is named itself, so the user knows which one to move aside."""
+        history = History(str(store))
+        evaluation_id = record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        damaged = next((store / "metrics").glob("*.parquet"))
+        damaged.write_bytes(damaged.read_bytes()[:100])
+        with pytest.raises(
+            HistoryError, match=rf"^{re.escape(str(damaged))}: damaged history file \("
+        ):
+            history.metrics([evaluation_id])
+
+    def test_damaged_predictions_file_is_named(self, store: Path) -> None:
+        """A truncated predictions file is a HistoryError naming it, and stays as it is."""
+        history = History(str(store))
+        evaluation_id = record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        damaged = store / "predictions" / f"{evaluation_id}.parquet"
+        damaged.write_bytes(b"PAR1 cut short")
+        with pytest.raises(
+            HistoryError, match=rf"^{re.escape(str(damaged))}: damaged predictions file"
+        ):
+            history.predictions(evaluation_id)
+        assert damaged.read_bytes() == b"PAR1 cut short"
+
+    def test_compaction_refuses_columns_it_would_drop(self, store: Path) -> None:
+        """A file with columns of a newer schema stops compaction; every file is kept."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        history = History(str(store))
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        record_week(history, "2026-W41", accuracy_mask(N, 0.9))
+        newer = pq.read_table(next((store / "evaluations").glob("*.parquet")))
+        newer = newer.append_column("gpu_hours", pa.array([1.0]))
+        pq.write_table(newer, store / "evaluations" / "newer.parquet")
+        before = sorted((store / "evaluations").iterdir())
+        with pytest.raises(HistoryError, match="gpu_hours were written by a newer evalsentry"):
+            history.compact("evaluations")
+        assert sorted((store / "evaluations").iterdir()) == before
+
+    def test_store_that_is_a_file_is_refused_up_front(self, store: Path) -> None:
+        """check_root names the store (or the file above it) before any work; nothing is created."""
+        store.write_text("not a folder")
+        with pytest.raises(
+            HistoryError, match=rf"^{re.escape(str(store))}: the store is a file, not a folder"
+        ):
+            History(str(store)).check_root()
+        with pytest.raises(
+            HistoryError, match=rf"cannot be a folder: {re.escape(str(store))} is a file"
+        ):
+            History(str(store / "deeper")).check_root()
+        History(str(store.parent / "fresh" / "store")).check_root()
+        assert not (store.parent / "fresh").exists()
+
+    def test_writing_to_a_store_that_is_a_file_names_the_store(self, store: Path) -> None:
+        """Without the up-front check, the write itself fails naming the store; the file is kept."""
+        store.write_text("not a folder")
+        with pytest.raises(
+            HistoryError, match=rf"^{re.escape(str(store))}: cannot write the history: the store"
+        ):
+            record_week(History(str(store)), "2026-W40", accuracy_mask(N, 0.9))
+        assert store.read_text() == "not a folder"
+
+    def test_reading_a_store_that_is_a_file_is_not_an_empty_history(self, store: Path) -> None:
+        """A store that is a file is an error, not a history without results."""
+        store.write_text("not a folder")
+        with pytest.raises(HistoryError, match="the store is a file"):
+            History(str(store)).evaluations()
+
+    def test_fsspec_url_store_is_checked_without_side_effects_and_round_trips(self) -> None:
+        """On an fsspec URL check_root creates nothing, and the history writes and reads back."""
+        import uuid
+
+        import fsspec
+
+        root = f"memory://evalsentry-{uuid.uuid4().hex}/store"
+        history = History(root)
+        history.check_root()
+        assert not fsspec.filesystem("memory").exists(root)
+        evaluation_id = record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        assert history.evaluations()["evaluation_id"].tolist() == [evaluation_id]
+        assert history.predictions(evaluation_id) is not None
+
+    def test_a_write_the_store_refuses_is_never_silent(self) -> None:
+        """A store that refuses a new name (a file at the root of an fsspec store) is an error."""
+        import uuid
+
+        import fsspec
+
+        root = f"memory://evalsentry-{uuid.uuid4().hex}/store"
+        fsspec.filesystem("memory").pipe_file(root, b"an object, not a folder")
+        with pytest.raises(HistoryError, match=r"cannot write the history .*not committed"):
+            record_week(History(root), "2026-W40", accuracy_mask(N, 0.9))

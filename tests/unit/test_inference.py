@@ -12,8 +12,15 @@ from torch import nn
 
 from evalsentry.checkpoint import load_checkpoint
 from evalsentry.errors import NonFiniteOutput, UsageError
-from evalsentry.evalsets import Evalset, load_evalset
-from evalsentry.inference import evaluate
+from evalsentry.evalsets import Evalset, InputsSpec, load_evalset
+from evalsentry.freeze import freeze_evalset
+from evalsentry.inference import (
+    ForwardRaised,
+    OutputContractViolation,
+    evaluate,
+    exception_line,
+)
+from tests.models import RaisingNet
 
 
 @pytest.fixture
@@ -135,3 +142,98 @@ class TestFailures:
         """device='auto' picks CUDA when present, else the CPU."""
         result = evaluate(good_model, evalset)
         assert result.environment.device == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class Returns(nn.Module):
+    """A model whose output is ``make(batch)``: any type, dtype or shape."""
+
+    def __init__(self, make: object) -> None:
+        super().__init__()
+        self.make = make
+
+    def forward(self, x: torch.Tensor) -> object:
+        return self.make(len(x))  # type: ignore[operator]
+
+
+@pytest.fixture
+def regression_evalset(tmp_path: Path) -> Evalset:
+    """A frozen regression evalset of 5 rows over two feature columns."""
+    import pyarrow as pa
+
+    table = pa.table({"a": [1.0, 2.0, 3.0, 4.0, 5.0], "y": [0.5, 1.5, 2.5, 3.5, 4.5]})
+    freeze_evalset(
+        table,
+        tmp_path / "reg",
+        name="reg",
+        task="regression",
+        target="y",
+        inputs=InputsSpec(columns=["a"]),
+    )
+    return load_evalset(tmp_path / "reg")
+
+
+class TestOutputContract:
+    @pytest.mark.parametrize(
+        ("make", "got"),
+        [
+            (lambda n: torch.zeros(n, 7), "a float32 tensor of shape [300, 7]"),
+            (torch.zeros, "a float32 tensor of shape [300]"),
+            (lambda n: torch.zeros(n, 3, 1), "a float32 tensor of shape [300, 3, 1]"),
+            (lambda n: torch.zeros(n, 3, dtype=torch.int64), "an int64 tensor of shape [300, 3]"),
+            (
+                lambda n: (torch.zeros(n, 3), torch.zeros(n)),
+                "a tuple of 2 (a float32 tensor of shape [300, 3], a float32 tensor of shape [300])",
+            ),
+            (lambda n: {"logits": torch.zeros(n, 3)}, "a dict"),
+        ],
+        ids=["classes", "1-d", "3-d", "integer", "tuple", "dict"],
+    )
+    def test_classification_output_must_be_float_logits_per_class(
+        self, evalset: Evalset, make: object, got: str
+    ) -> None:
+        """Anything but floating [N, C] logits is refused, naming what was expected and got."""
+        with pytest.raises(OutputContractViolation) as err:
+            evaluate(Returns(make), evalset, device="cpu")
+        assert err.value.expected == "float logits of shape [300, 3] (examples x classes)"
+        assert err.value.got == got
+        assert "\n" not in str(err.value)
+
+    def test_bf16_logits_fit_the_contract(self, evalset: Evalset) -> None:
+        """Half-precision logits are floating: accepted."""
+        result = evaluate(Returns(lambda n: torch.zeros(n, 3, dtype=torch.bfloat16)), evalset)
+        assert result.num_examples == 300
+
+    @pytest.mark.parametrize("shape", [(5,), (5, 1)])
+    def test_regression_accepts_one_value_per_example(
+        self, regression_evalset: Evalset, shape: tuple[int, ...]
+    ) -> None:
+        """Regression predictions may be [N] or [N, 1]."""
+        result = evaluate(Returns(lambda n: torch.ones(shape)), regression_evalset, device="cpu")
+        assert result.columns["prediction"].tolist() == [1.0] * 5
+
+    def test_regression_refuses_several_values_per_example(
+        self, regression_evalset: Evalset
+    ) -> None:
+        """A [N, 2] regression output is refused."""
+        with pytest.raises(
+            OutputContractViolation,
+            match=r"expected float predictions of shape \[5\] or \[5, 1\], got a float32 tensor of shape \[5, 2\]",
+        ):
+            evaluate(Returns(lambda n: torch.ones(n, 2)), regression_evalset, device="cpu")
+
+    def test_a_raising_forward_is_named_with_its_batch(self, evalset: Evalset) -> None:
+        """An exception from forward becomes ForwardRaised: type, message and first example."""
+        with pytest.raises(ForwardRaised) as err:
+            evaluate(RaisingNet(), evalset, device="cpu", batch_size=100)
+        assert str(err.value) == (
+            "the model's forward raised RuntimeError: boom: this forward is broken "
+            "(batch starting at example 0)"
+        )
+        assert isinstance(err.value.error, RuntimeError)
+
+    def test_exception_line_is_one_short_line(self) -> None:
+        """A long multi-line message becomes one line, cut, after the exception's type."""
+        line = exception_line(ValueError("first\n  second " + "x" * 1000))
+        assert line.startswith("ValueError: first second x") and "\n" not in line
+        assert len(line) < 320 and line.endswith("…")
+        assert exception_line(KeyError()) == "KeyError"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -163,3 +164,38 @@ def test_malformed_entry_names_file_and_field(registry: Registry, tiny_checkpoin
     entry_file.write_text(json.dumps(doc))
     with pytest.raises(ConfigError, match=r"v000001\.json: size"):
         registry.list("tiny")
+
+
+class TestRegistryThatIsAFile:
+    def test_a_file_at_the_root_is_an_error_not_an_empty_registry(
+        self, tmp_path: Path, tiny_checkpoint: Path
+    ) -> None:
+        """`registry:` naming a file: listing and registering fail naming it; the file is kept."""
+        from evalsentry.errors import RegistryError
+
+        root = tmp_path / "registry"
+        root.write_text("not a folder")
+        registry = Registry(str(root))
+        for call in (
+            registry.models,
+            registry.list,
+            lambda: registry.register(tiny_checkpoint, "m"),
+        ):
+            with pytest.raises(
+                RegistryError,
+                match=rf"^{re.escape(str(root))}: the registry is a file, not a folder",
+            ):
+                call()
+        assert root.read_text() == "not a folder"
+
+    def test_a_file_above_the_root_is_named(self, tmp_path: Path, tiny_checkpoint: Path) -> None:
+        """A file where a parent folder of the registry should be is named."""
+        from evalsentry.errors import RegistryError
+
+        (tmp_path / "blocked").write_text("x")
+        registry = Registry(str(tmp_path / "blocked" / "registry"))
+        with pytest.raises(
+            RegistryError,
+            match=rf"cannot be a folder: {re.escape(str(tmp_path / 'blocked'))} is a file",
+        ):
+            registry.register(tiny_checkpoint, "m")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -89,20 +91,49 @@ def _history(config: Path | None) -> tuple[Any, Any]:
     from evalsentry.history import History
 
     settings = _config(config)
-    return settings, History(settings.store_url)
+    history = History(settings.store_url)
+    history.check_root()  # a `store:` naming a file fails here, before any evaluation runs
+    return settings, history
 
 
 def _emit_gate(report: Any, markdown: Path | None, junit: Path | None, show_slices: bool) -> int:
+    """Write the CI files, print the table and the verdict; the gate's exit code.
+
+    The files are written first, whole or not at all, their folders created as needed: a path
+    that cannot be written is unusable input (exit 2), whatever the gate found.
+    """
+    from rich.markup import escape
+
     from evalsentry.report import HEADERS, comparison_rows, gate_junit, gate_markdown
+    from evalsentry.storage import filesystem, write_atomic
+
+    for option, path, render in (
+        ("--markdown", markdown, gate_markdown),
+        ("--junit", junit, gate_junit),
+    ):
+        if path is None:
+            continue
+        fs, target = filesystem(str(path))
+        try:
+            write_atomic(fs, target, render(report).encode())
+        except OSError as exc:
+            blocked = isinstance(exc, FileExistsError | NotADirectoryError)
+            reason = "a file stands where a folder is needed" if blocked else exc.strerror
+            raise UsageError(
+                f"{option} {path}: cannot write it ({reason or exc}); "
+                "give a file path in a folder you can write to"
+            ) from None
+        # write_atomic's temporary file is private (0600); CI steps running as another user
+        # read these files, so give them the mode a plain write would have had.
+        umask = os.umask(0)
+        os.umask(umask)
+        with contextlib.suppress(OSError):
+            Path(target).chmod(0o666 & ~umask)
 
     shown = [c for c in report.comparisons if show_slices or not c.slice]
-    _print_table(
-        f"evalsentry gate {report.week}: {report.verdict}", HEADERS, comparison_rows(shown)
-    )
-    if markdown is not None:
-        markdown.write_text(gate_markdown(report), encoding="utf-8")
-    if junit is not None:
-        junit.write_text(gate_junit(report), encoding="utf-8")
+    # Rich reads "[half=even]" in a slice's name as markup and would drop it.
+    rows = [[escape(cell) for cell in row] for row in comparison_rows(shown)]
+    _print_table(f"evalsentry gate {report.week}: {report.verdict}", HEADERS, rows)
     if report.exit_code:
         typer.echo("error: " + report.message().replace("\n", "\n  "), err=True)
     else:

@@ -70,6 +70,7 @@ def evalset_freeze(
         description=description,
         provenance=provenance,
         license=license_,
+        source=str(source),
     )
     typer.echo(f"froze {spec.name} v{spec.version}: {spec.num_rows} rows -> {dest}")
     typer.echo(f"evalset_sha256 {spec.evalset_sha256}")
@@ -80,10 +81,13 @@ def evalset_verify(
     name: Annotated[str, typer.Argument(help="Evalset name (a folder under evalsets/).")],
     config: ConfigOption = None,
 ) -> None:
-    """Re-hash every file and run the expectation suite; exit 1 if anything fails."""
-    from evalsentry.evalsets import validate_evalset
+    """Re-hash every file, check the pinned fields, run the expectation suite; exit 1 on a failure."""
+    from evalsentry.evalsets import evalset_folder, read_spec, validate_evalset
+    from evalsentry.identity import identity_gaps
 
-    summary = validate_evalset(name, _config(config).evalsets_dir)
+    evalsets_dir = _config(config).evalsets_dir
+    summary = validate_evalset(name, evalsets_dir)
+    spec = read_spec(evalset_folder(name, evalsets_dir))
     rows = [
         [
             "ok" if o.success else "FAILED",
@@ -103,7 +107,32 @@ def evalset_verify(
             err=True,
         )
         raise typer.Exit(1)
+    for gap in identity_gaps(spec):
+        typer.echo(
+            f"warning: evalset {name!r}: {gap} not pinned (identity version 1); "
+            f"`evalsentry evalset seal {name}` pins it, evalset_sha256 unchanged",
+            err=True,
+        )
     typer.echo(f"evalset {name!r} verified: {summary.evaluated} expectations pass")
+
+
+@evalset_app.command("seal")
+def evalset_seal(
+    name: Annotated[str, typer.Argument(help="Evalset name (a folder under evalsets/).")],
+    config: ConfigOption = None,
+) -> None:
+    """Pin the classes, metrics and slices of an evalset frozen before identity version 2.
+
+    Its evalset_sha256, and so its history, stays the same. Check the manifest first
+    (`evalset show`): the fields are pinned as they are now.
+    """
+    from evalsentry.freeze import seal_evalset
+
+    spec = seal_evalset(name, _config(config).evalsets_dir)
+    typer.echo(
+        f"sealed {spec.name}: {', '.join(spec.field_sha256 or {})} pinned; "
+        f"evalset_sha256 {spec.evalset_sha256} unchanged"
+    )
 
 
 @evalset_app.command("list")
@@ -115,10 +144,22 @@ def evalset_list(config: ConfigOption = None) -> None:
     root = _config(config).evalsets_dir
     specs = [read_spec(join(root, name)) for name in list_evalsets(root)]
     rows = [
-        [s.name, s.version, s.task, s.num_rows, s.evalset_sha256[:12], s.frozen_at] for s in specs
+        [
+            s.name,
+            s.version,
+            s.task,
+            s.num_rows,
+            s.evalset_sha256[:12],
+            f"v{s.identity_version}"
+            + (" sealed" if s.identity_version == 1 and s.field_sha256 else ""),
+            s.frozen_at,
+        ]
+        for s in specs
     ]
     _print_table(
-        f"Evalsets in {root}", ["name", "version", "task", "rows", "sha256", "frozen"], rows
+        f"Evalsets in {root}",
+        ["name", "version", "task", "rows", "sha256", "identity", "frozen"],
+        rows,
     )
 
 

@@ -39,16 +39,18 @@ def gate(
     Exit 0 pass or warn, 1 a regression, 2 not comparable or unusable input.
     """
     from evalsentry.gate import gate_week
+    from evalsentry.history import latest_week
     from evalsentry.names import check_week
 
     settings, history = _history(config)
-    if week is None:
-        weeks = history.evaluations(model=model, evalset=evalset, kind="scheduled")["week"]
-        if weeks.empty:
+    if week is None:  # the latest of these results, else of any (to say what is missing)
+        week = latest_week(
+            history.evaluations(model=model, evalset=evalset, kind="scheduled")["week"]
+        ) or latest_week(history.evaluations(kind="scheduled")["week"])
+        if week is None:
             raise UsageError(
                 f"{settings.store_url}: the history holds no weekly evaluation yet; run one first"
             )
-        week = str(weeks.max())
     report = gate_week(
         history,
         check_week(week),
@@ -64,16 +66,22 @@ def gate(
 def evaluate_command(
     checkpoint: Annotated[Path, typer.Option(help="Checkpoint file to evaluate.")],
     model: Annotated[
-        str, typer.Option(help="Model line to compare with (its latest production result).")
+        str, typer.Option(help="Model line to compare with (its production result and baseline).")
     ],
     evalset: Annotated[list[str] | None, typer.Option(help="Evalset(s) (default: all).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     junit: JunitOption = None,
     markdown: MarkdownOption = None,
     slices: SlicesOption = False,
+    new_model: Annotated[
+        bool,
+        typer.Option(
+            "--new-model", help="MODEL starts a new model line (else an unknown MODEL is refused)."
+        ),
+    ] = False,
     config: ConfigOption = None,
 ) -> None:
-    """Evaluate a candidate checkpoint and gate it against production, for CI.
+    """Evaluate a candidate checkpoint and gate it against production and the baseline, for CI.
 
     The result is recorded as a candidate evaluation, never as a week's production result.
     Exit 0 pass or warn, 1 a regression, 2 not comparable or unusable input.
@@ -83,10 +91,19 @@ def evaluate_command(
     from evalsentry.gate import GateReport, gate_candidate
     from evalsentry.history import iso_week
     from evalsentry.names import check_name
-    from evalsentry.pipeline import Target, evaluate_checkpoint, new_run_id, record
+    from evalsentry.pipeline import (
+        Target,
+        check_model_line,
+        evaluate_checkpoint,
+        new_run_id,
+        record,
+    )
+    from evalsentry.registry import Registry
 
     settings, history = _history(config)
     check_name("model", model)
+    if not new_model:
+        check_model_line(model, Registry(settings.registry_url), history)
     names = evalset or list_evalsets(settings.evalsets_dir)
     if not names:
         raise UsageError(f"{settings.evalsets_dir}: no evalsets found; freeze one first")
@@ -108,7 +125,8 @@ def evaluate_command(
             )
             record(history, [outcome])
             if not outcome.ok:
-                raise UsageError(str(outcome.evaluation["error"]))
+                # Recorded above as an error row; an unusable candidate is exit 2, one line.
+                raise UsageError(f"{checkpoint.name} on {name}: {outcome.evaluation['error']}")
             import pandas as pd
 
             report = gate_candidate(
@@ -154,7 +172,9 @@ def history(
         raise UsageError(f"--format: {output!r} is not table, csv or json")
     evaluations = store.evaluations(model=model, evalset=evalset)
     if weeks is not None and not evaluations.empty:
-        keep = sorted(set(evaluations["week"]))[-weeks:]
+        from evalsentry.history import weeks_in_order
+
+        keep = weeks_in_order(evaluations["week"])[-weeks:]
         evaluations = evaluations[evaluations["week"].isin(keep)]
     metrics = store.metrics(evaluations["evaluation_id"]) if not evaluations.empty else None
     if metrics is None or metrics.empty:
@@ -207,7 +227,9 @@ def cost(
     if evaluations.empty:
         raise UsageError("the history holds no evaluation yet; nothing to bill")
     if weeks is not None:
-        keep = sorted(set(evaluations["week"]))[-weeks:]
+        from evalsentry.history import weeks_in_order
+
+        keep = weeks_in_order(evaluations["week"])[-weeks:]
         evaluations = evaluations[evaluations["week"].isin(keep)]
     bill = ledger(evaluations, by)
     rows = [
@@ -237,16 +259,16 @@ def report(
     config: ConfigOption = None,
 ) -> None:
     """Write one self-contained HTML report: trends, verdicts, slices, flips, drift, lineage, cost."""
+    from evalsentry.history import latest_week
     from evalsentry.html_report import render_report
     from evalsentry.names import check_week
     from evalsentry.storage import filesystem, join, write_atomic
 
     settings, store = _history(config)
     if week is None:
-        recorded = store.evaluations(kind="scheduled")["week"]
-        if recorded.empty:
+        week = latest_week(store.evaluations(kind="scheduled")["week"])
+        if week is None:
             raise UsageError(f"{settings.store_url}: the history holds no weekly evaluation yet")
-        week = str(recorded.max())
     html = render_report(store, check_week(week), settings)
     if out is not None:
         out.write_text(html, encoding="utf-8")
@@ -282,7 +304,9 @@ def baseline_show(
     if pinned:
         typer.echo(f"{model}: baseline {pinned} (pinned)")
         return
-    weeks = store.evaluations(model=model, kind="scheduled")["week"]
-    if weeks.empty:
+    from evalsentry.history import weeks_in_order
+
+    weeks = weeks_in_order(store.evaluations(model=model, kind="scheduled")["week"])
+    if not weeks:
         raise UsageError(f"no evaluation of {model!r} is recorded yet")
-    typer.echo(f"{model}: baseline {weeks.min()} (first recorded week)")
+    typer.echo(f"{model}: baseline {weeks[0]} (first recorded week)")

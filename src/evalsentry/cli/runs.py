@@ -27,14 +27,18 @@ def run(
 ) -> None:
     """Run the weekly-eval Prefect flow now (ephemeral Prefect unless PREFECT_API_URL is set).
 
-    Exit 0 when the flow run Completed, 1 when it Failed (a regression or an error).
+    Exit 0 when the flow run Completed, 1 when it Failed (a regression or an error), 2 when
+    there is nothing to evaluate (an empty registry, a mistyped model) or the input is unusable.
     """
     from evalsentry.names import check_week
     from evalsentry.orchestration import ensure_prefect_api, import_flow
 
     if week is not None:
         check_week(week)
-    ensure_prefect_api()
+    temporary = ensure_prefect_api()
+    _something_to_evaluate(config, model)
+    if temporary:
+        import_flow("flows.temporary_server", "tie_temporary_server")()
     weekly_eval = import_flow("flows.weekly_eval", "weekly_eval")
     state = weekly_eval(
         week=week,
@@ -44,8 +48,24 @@ def run(
         config=str(config),
         return_state=True,
     )
-    typer.echo(f"flow run {state.name}: {state.message or ''}".rstrip(": "))
+    typer.echo(import_flow("flows.runs", "outcome_line")(state))
     raise typer.Exit(EXIT_CHECK_FAILED if state.is_failed() else 0)
+
+
+def _something_to_evaluate(config: Path, models: list[str] | None) -> None:
+    """Refuse, before any Prefect server starts, a run that could record nothing.
+
+    A store that cannot be written, or no checkpoint to evaluate (an empty registry, a
+    mistyped model).
+    """
+    from evalsentry.config import load_config
+    from evalsentry.history import History
+    from evalsentry.pipeline import WEEKLY_STAGES, resolve_targets
+    from evalsentry.registry import Registry
+
+    settings = load_config(config)
+    History(settings.store_url).check_root()
+    resolve_targets(Registry(settings.registry_url), models, WEEKLY_STAGES)
 
 
 @app.command()
@@ -57,6 +77,7 @@ def demo(
     """Tell the whole story on the shipped digits example: three weeks, a caught regression."""
     from evalsentry.orchestration import ensure_prefect_api, import_flow
 
-    ensure_prefect_api()
+    if ensure_prefect_api():
+        import_flow("flows.temporary_server", "tie_temporary_server")()
     story = import_flow("examples.digits.demo", "run_demo")
     raise typer.Exit(story(folder))

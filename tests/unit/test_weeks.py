@@ -1,0 +1,124 @@
+"""Strict ISO weeks: ASCII digits, real weeks, plausible years, and "latest" meaning latest in time."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from evalsentry.cli import main
+from evalsentry.errors import InvalidName
+from evalsentry.history import History
+from evalsentry.names import check_week, week_start
+from tests.synthetic import accuracy_mask, record_week
+
+N = 200
+# "2026" in full-width digits: Python's \d (and int()) accept them, a string sort puts them last.
+FULL_WIDTH_2026 = "\uff12\uff10\uff12\uff16"
+REFUSED = [
+    f"{FULL_WIDTH_2026}-W10",
+    "2027-W53",  # 2027 has 52 ISO weeks
+    "0000-W01",  # no year 0, and outside 2000-2199
+    "1999-W10",
+    "2200-W01",
+    "2026-W00",
+    "2026-W1",
+    "2026-w10",
+    "2026-W10\n",
+    "49",
+]
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A project folder whose config points at its own store."""
+    (tmp_path / "evalsentry.yaml").write_text("store: store\nevalsets: evalsets\n")
+    return tmp_path
+
+
+def cli(project: Path, *args: str) -> int:
+    """Run the CLI with the project's config; the exit code."""
+    return main([*args, "--config", str(project / "evalsentry.yaml")])
+
+
+class TestCheckWeek:
+    @pytest.mark.parametrize("week", REFUSED)
+    def test_refused(self, week: str) -> None:
+        """Anything but a real ISO week in ASCII digits within 2000-2199 is refused."""
+        with pytest.raises(InvalidName, match="YYYY-Www with ASCII digits"):
+            check_week(week)
+
+    @pytest.mark.parametrize("week", ["2026-W53", "2020-W53", "2026-W01", "2000-W01", "2199-W52"])
+    def test_accepted(self, week: str) -> None:
+        """Real ISO weeks pass, week 53 included in the years that have one."""
+        assert check_week(week) == week
+
+    def test_week_53_follows_the_calendar(self) -> None:
+        """Week 53 is accepted exactly where the calendar has it (2026 yes, 2027 no)."""
+        assert week_start("2026-W53") == date.fromisocalendar(2026, 53, 1) == date(2026, 12, 28)
+        with pytest.raises(ValueError):
+            date.fromisocalendar(2027, 53, 1)
+        with pytest.raises(InvalidName, match="2027 has ISO weeks 01 to 52"):
+            check_week("2027-W53")
+
+
+class TestCommandLine:
+    @pytest.mark.parametrize("week", [f"{FULL_WIDTH_2026}-W10", "2027-W53", "0000-W01"])
+    @pytest.mark.parametrize(
+        "command", [["run"], ["gate"], ["baseline", "set", "--model", "m"], ["report"]]
+    )
+    def test_bad_week_exits_2_with_one_line(
+        self, project: Path, capsys: pytest.CaptureFixture[str], command: list[str], week: str
+    ) -> None:
+        """Every command taking --week refuses a bad one with exit 2 and one line, no traceback."""
+        record_week(History(str(project / "store")), "2026-W10", accuracy_mask(N, 0.9))
+        argv = [*command, "--week", week]
+        code = main(argv) if command == ["run"] else cli(project, *argv)
+        err = capsys.readouterr().err
+        assert code == 2
+        assert err.startswith(f"error: invalid week name {week!r}") and err.count("\n") == 1
+
+    def test_week_53_of_2026_is_gated(
+        self, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """2026-W53 exists, so it can be recorded, gated and pinned as a baseline."""
+        history = History(str(project / "store"))
+        record_week(history, "2026-W52", accuracy_mask(N, 0.9))
+        record_week(history, "2026-W53", accuracy_mask(N, 0.9))
+        assert cli(project, "gate", "--week", "2026-W53") == 0
+        assert "evalsentry gate 2026-W53: PASS" in capsys.readouterr().out
+        assert cli(project, "baseline", "set", "--model", "m", "--week", "2026-W53") == 0
+
+
+class TestLatestWeek:
+    @pytest.mark.parametrize(
+        ("weeks", "latest"),
+        [
+            (["2026-W09", "2025-W52", "2026-W10"], "2026-W10"),
+            (["2025-W52", "2026-W01"], "2026-W01"),  # the year boundary
+            (["2026-W53", "2027-W01", "2026-W52"], "2027-W01"),
+        ],
+    )
+    def test_gate_without_a_week_gates_the_latest_in_time(
+        self, project: Path, capsys: pytest.CaptureFixture[str], weeks: list[str], latest: str
+    ) -> None:
+        """`gate` with no --week gates the latest recorded week, by date, across year ends."""
+        history = History(str(project / "store"))
+        for week in weeks:
+            record_week(history, week, accuracy_mask(N, 0.9))
+        assert cli(project, "gate") == 0
+        assert f"evalsentry gate {latest}:" in capsys.readouterr().out
+
+    def test_an_invalid_week_left_in_the_history_is_never_the_latest(
+        self, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A full-width week written before weeks were checked (a larger string) is not picked."""
+        history = History(str(project / "store"))
+        record_week(history, "2026-W09", accuracy_mask(N, 0.9))
+        record_week(history, "2026-W10", accuracy_mask(N, 0.9))
+        invalid = f"{FULL_WIDTH_2026}-W11"
+        record_week(history, invalid, accuracy_mask(N, 0.5))
+        assert max(["2026-W10", invalid]) == invalid  # what the string max picked
+        assert cli(project, "gate") == 0
+        assert "evalsentry gate 2026-W10: PASS" in capsys.readouterr().out
