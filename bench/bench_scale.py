@@ -22,10 +22,14 @@ import torch
 
 from evalsentry.checkpoint import save_checkpoint
 from evalsentry.registry import Registry
+from evalsentry.trust import Trust
 from examples.digits.model import DigitsCNN
 from examples.digits.train import DATA, FACTORY
 from flows.dask_cluster import local_cluster
 from flows.weekly_eval import weekly_eval
+
+TRUSTED_MODULE = "examples.digits.model"  # where DigitsCNN is defined
+TRUST = Trust([TRUSTED_MODULE])
 
 EVALSETS = Path(__file__).parents[1] / "evalsets"
 
@@ -74,9 +78,12 @@ def _project(root: Path, checkpoints: int, evalsets: Path = EVALSETS) -> Path:
             factory_kwargs={"channels": 64, "hidden": 256},
             git_sha="bench",
         )
-        registry.register(path, f"model-{i}", stage="production")
+        registry.register(path, f"model-{i}", stage="production", trust=TRUST)
     config = root / "evalsentry.yaml"
-    config.write_text(f"store: store\nregistry: registry\nevalsets: {evalsets}\n")
+    config.write_text(
+        f"store: store\nregistry: registry\nevalsets: {evalsets}\n"
+        f"trusted_factories: [{TRUSTED_MODULE}]\n"
+    )
     return config
 
 

@@ -30,13 +30,19 @@ def run(weeks: int = 52) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         config = root / "evalsentry.yaml"
-        config.write_text(f"store: store\nregistry: registry\nevalsets: {EVALSETS}\n")
+        config.write_text(
+            f"store: store\nregistry: registry\nevalsets: {EVALSETS}\n"
+            "trusted_factories: [examples.digits.model]\n"
+        )
+        settings = load_config(config)
         registry = Registry(str(root / "registry"))
         for seed, model in enumerate(MODELS, start=1):
             registry.register(
-                train(root / f"{model}.pt", seed=seed, epochs=5), model, stage="production"
+                train(root / f"{model}.pt", seed=seed, epochs=5),
+                model,
+                stage="production",
+                trust=settings.trust,
             )
-        settings = load_config(config)
         history = History(settings.store_url)
         run_times, gate_times, verdicts = [], [], []
         for week in range(1, weeks + 1):

@@ -2,8 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
+
+from evalsentry.trust import Trust
+
+#: What the test projects trust: the model classes of this module (and of the inference tests),
+#: and this module's two function factories, which a module entry alone does not admit.
+TRUSTED_FACTORIES = (
+    "tests.models",
+    "tests.models:tiny_net",
+    "tests.models:exploding_factory",
+    "tests.unit.test_inference",
+)
+TRUST = Trust(TRUSTED_FACTORIES)
+#: The same, as a line of evalsentry.yaml.
+TRUSTED_YAML = f"trusted_factories: [{', '.join(TRUSTED_FACTORIES)}]\n"
 
 
 class TinyNet(nn.Module):
@@ -93,6 +109,15 @@ class CrashingNet(TinyNet):
 
         os.kill(os.getpid(), signal.SIGSEGV)
         return self.body(x.flatten(1))
+
+
+class MarkerNet(TinyNet):
+    """Builds like TinyNet, and creates the file ``marker`` names: proof that it was built."""
+
+    def __init__(self, marker: str = "", features: int = 4, classes: int = 3, hidden: int = 8):
+        super().__init__(features=features, classes=classes, hidden=hidden)
+        if marker:
+            Path(marker).touch()
 
 
 def exploding_factory(features: int = 4, classes: int = 3, hidden: int = 8) -> TinyNet:

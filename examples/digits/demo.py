@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from evalsentry.config import load_config
 from evalsentry.history import iso_week, now_utc
 from evalsentry.registry import Registry
 from examples.digits.train import train
@@ -27,6 +28,7 @@ from flows.weekly_eval import weekly_eval
 EVALSETS = Path(__file__).parents[2] / "evalsets"
 LIVE_SAMPLE = Path(__file__).parent / "live" / "week-sample.parquet"
 MODEL = "digits"
+TRUSTED_MODULE = "examples.digits.model"  # the one module whose models the demo may build
 
 
 def _say(text: str) -> None:
@@ -41,9 +43,11 @@ def tell_story(folder: Path) -> list[tuple[str, Any]]:
     config = folder / "evalsentry.yaml"
     config.write_text(
         f"store: store\nregistry: registry\nevalsets: {EVALSETS}\n"
+        f"trusted_factories: [{TRUSTED_MODULE}]\n"
         f"drift:\n  live:\n    digits: {LIVE_SAMPLE}\n"
     )
-    registry = Registry(str(folder / "registry"))
+    settings = load_config(config)
+    registry = Registry(settings.registry_url)
 
     _say("Training three checkpoints on the shipped digits data")
     checkpoints = folder / "checkpoints"
@@ -52,9 +56,9 @@ def tell_story(folder: Path) -> list[tuple[str, Any]]:
     broken = train(
         checkpoints / "digits-3.pt", seed=3, corrupt_classes=(3, 5, 8), corrupt_fraction=0.6
     )
-    registry.register(first, MODEL, stage="production")
-    registry.register(retrain, MODEL)
-    registry.register(broken, MODEL)
+    registry.register(first, MODEL, trust=settings.trust, stage="production")
+    registry.register(retrain, MODEL, trust=settings.trust)
+    registry.register(broken, MODEL, trust=settings.trust)
 
     weeks = [iso_week(now_utc() - timedelta(days=7 * back)) for back in (2, 1, 0)]
     results = []

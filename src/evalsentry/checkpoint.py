@@ -1,16 +1,18 @@
 """Self-describing checkpoints: weights plus the lineage needed to rebuild and trust them.
 
-A checkpoint is data, never code: it is read with ``torch.load(weights_only=True)`` only, and
-the architecture is rebuilt by calling the importable factory its lineage names.
+A checkpoint is data, never code: its size is bounded before it is read, it is read with
+``torch.load(weights_only=True)`` only, and the architecture is rebuilt by the factory its
+lineage names, only when ``trusted_factories`` admits it (``evalsentry.trust``). A registered
+checkpoint is rebuilt with the factory pinned in its registry entry; a file naming another is
+refused.
 """
 
 from __future__ import annotations
 
-import importlib
 import io
 import os
 import pickle  # nosec B403 - only to recognise UnpicklingError; nothing is unpickled here
-import sys
+import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,21 +22,20 @@ from evalsentry.errors import (
     CheckpointChanged,
     CheckpointCorrupt,
     CheckpointNotFound,
+    CheckpointTooLarge,
     FactoryError,
     LineageMissing,
+    ModelMismatch,
     StateDictMismatch,
     UnsafeCheckpoint,
-    did_you_mean,
 )
 from evalsentry.lineage import DataSource, build_lineage, missing_fields
 from evalsentry.storage import filesystem, sha256_file, write_atomic
+from evalsentry.trust import DEFAULT_MAX_CHECKPOINT_BYTES, Trust, import_factory
 
 if TYPE_CHECKING:
     import torch
 
-#: Top-level packages a factory may never come from: calling into them with checkpoint-supplied
-#: keyword arguments could run commands or fetch code (``subprocess:run``, ``torch.hub:load``).
-_FORBIDDEN_FACTORY_ROOTS = frozenset(sys.stdlib_module_names) | {"torch", "builtins"}
 _PAYLOAD_KEYS = ("model_state_dict", "lineage")
 
 
@@ -49,41 +50,35 @@ class LoadedCheckpoint:
     path: str
 
 
-def import_factory(spec: str) -> Callable[..., Any]:
-    """Import ``package.module:callable``.
+def build_model(
+    factory: str, kwargs: Mapping[str, Any] | None = None, *, trust: Trust
+) -> torch.nn.Module:
+    """Build a model with a factory ``trust`` admits, and check that it is a ``torch.nn.Module``.
 
     Raises:
-        FactoryError: malformed, forbidden, unimportable, or missing attribute (did-you-mean).
+        UntrustedFactory: ``trusted_factories`` does not admit it (nothing was imported).
+        FactoryError: it cannot be imported, is not a model class, or raised when called.
 
     """
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise FactoryError(spec, "use the form 'package.module:callable'")
-    if module_name.split(".")[0] in _FORBIDDEN_FACTORY_ROOTS:
-        raise FactoryError(spec, "factories from the standard library or torch are not allowed")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise FactoryError(spec, f"cannot import module {module_name!r} ({exc})") from None
-    target: Any = module
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            public = [n for n in dir(target) if not n.startswith("_")]
-            raise FactoryError(spec, f"no attribute {part!r}.{did_you_mean(part, public)}")
-        target = getattr(target, part)
-    if not callable(target):
-        raise FactoryError(spec, "is not callable")
-    return target  # type: ignore[no-any-return]
+    return _call_factory(trust.resolve(factory), factory, kwargs)
 
 
-def build_model(factory: str, kwargs: Mapping[str, Any] | None = None) -> torch.nn.Module:
-    """Call the factory and check that it built a ``torch.nn.Module``."""
+def _call_factory(
+    target: Callable[..., Any], factory: str, kwargs: Mapping[str, Any] | None
+) -> torch.nn.Module:
+    """Call a factory; whatever it raises becomes one line naming the factory."""
     import torch
 
+    from evalsentry.inference import exception_line
+
     try:
-        model = import_factory(factory)(**dict(kwargs or {}))
+        model = target(**dict(kwargs or {}))
     except TypeError as exc:
         raise FactoryError(factory, f"cannot be called with the recorded kwargs ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - bad kwargs surface as any error the model raises
+        raise FactoryError(
+            factory, f"raised {exception_line(exc)} when called with kwargs {dict(kwargs or {})}"
+        ) from None
     if not isinstance(model, torch.nn.Module):
         raise FactoryError(factory, f"returned {type(model).__name__}, not a torch.nn.Module")
     return model
@@ -118,7 +113,8 @@ def save_checkpoint(
 
     The factory (default: the model's own class) is called with ``factory_kwargs`` and must
     accept the weights strictly, so a checkpoint that could not be rebuilt fails now, not at
-    next week's evaluation.
+    next week's evaluation. It is the training code's own choice, not a checkpoint's word, so
+    ``trusted_factories`` is not consulted here; it is at registration and evaluation.
 
     Args:
         model: the trained model.
@@ -141,7 +137,7 @@ def save_checkpoint(
 
     factory = factory or _infer_factory(model)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    rebuilt = build_model(factory, factory_kwargs)
+    rebuilt = _call_factory(import_factory(factory), factory, factory_kwargs)
     _load_strict(rebuilt, state, path)
     lineage = build_lineage(
         config=config,
@@ -169,11 +165,64 @@ def save_checkpoint(
     return target
 
 
-def read_payload(path: str | os.PathLike[str], map_location: str = "cpu") -> dict[str, Any]:
-    """Read a checkpoint's payload with ``weights_only=True``; nothing in it can run.
+def check_archive(path: str | os.PathLike[str], max_bytes: int) -> None:
+    """Refuse a checkpoint larger than ``max_bytes``, on disk or once inflated, before reading it.
+
+    ``torch.save`` writes a zip archive; the uncompressed sizes its central directory declares
+    are added up without inflating anything (torch reads each entry into a buffer of its
+    declared size, so they bound what reading allocates). Other files are refused: the legacy
+    format declares its tensors' sizes inside the pickle, where they cannot be checked first.
 
     Raises:
-        CheckpointNotFound, UnsafeCheckpoint, CheckpointCorrupt.
+        CheckpointTooLarge: the file or its inflated entries exceed ``max_bytes``.
+        CheckpointCorrupt: not a readable zip archive.
+
+    """
+    file = Path(path)
+    size = file.stat().st_size
+    if size > max_bytes:
+        raise CheckpointTooLarge(file, "the file is", size, max_bytes)
+    try:
+        with zipfile.ZipFile(file) as archive:
+            infos = archive.infolist()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise CheckpointCorrupt(
+            file, f"not the zip archive torch.save writes: {_first_line(exc)}"
+        ) from None
+    if any(_is_export_member(info.filename) for info in infos):
+        raise UnsafeCheckpoint(
+            file,
+            "a torch.export program (.pt2): torch.export.load runs code from such files, "
+            "see README, Security",
+        )
+    inflated = sum(info.file_size for info in infos)
+    if inflated > max_bytes:
+        raise CheckpointTooLarge(file, "its archive inflates to", inflated, max_bytes)
+
+
+def _is_export_member(name: str) -> bool:
+    """Whether a zip member belongs to a ``torch.export`` archive (never to a torch.save one)."""
+    inner = name.split("/", 1)[-1]
+    return inner == "archive_format" or inner.startswith(("models/", "data/aotinductor/"))
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's first line, cut to 200 characters, or its type's name."""
+    return str(exc).splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+
+
+def read_payload(
+    path: str | os.PathLike[str],
+    map_location: str = "cpu",
+    *,
+    max_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
+) -> dict[str, Any]:
+    """Read a checkpoint's payload with ``weights_only=True``; nothing in it can run.
+
+    Its size is checked first (``check_archive``).
+
+    Raises:
+        CheckpointNotFound, CheckpointTooLarge, UnsafeCheckpoint, CheckpointCorrupt.
 
     """
     import torch
@@ -181,6 +230,7 @@ def read_payload(path: str | os.PathLike[str], map_location: str = "cpu") -> dic
     file = Path(path)
     if not file.is_file():
         raise CheckpointNotFound(file)
+    check_archive(file, max_bytes)
     try:
         payload = torch.load(file, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
@@ -192,9 +242,7 @@ def read_payload(path: str | os.PathLike[str], map_location: str = "cpu") -> dic
         reason = next((ln.strip() for ln in text.splitlines() if "Unsupported" in ln), text)
         raise CheckpointCorrupt(file, reason.splitlines()[0][:200]) from None
     except Exception as exc:  # noqa: BLE001 - damaged bytes surface as many exception types
-        raise CheckpointCorrupt(
-            file, str(exc).splitlines()[0][:200] or type(exc).__name__
-        ) from None
+        raise CheckpointCorrupt(file, _first_line(exc)) from None
     if not isinstance(payload, dict) or any(k not in payload for k in _PAYLOAD_KEYS):
         keys = sorted(payload) if isinstance(payload, dict) else type(payload).__name__
         raise CheckpointCorrupt(file, f"not an evalsentry checkpoint (found {keys})")
@@ -204,6 +252,7 @@ def read_payload(path: str | os.PathLike[str], map_location: str = "cpu") -> dic
 def load_checkpoint(
     path: str | os.PathLike[str],
     *,
+    trust: Trust,
     expected_sha256: str | None = None,
     map_location: str = "cpu",
     factory: str | None = None,
@@ -213,25 +262,32 @@ def load_checkpoint(
 
     Args:
         path: the checkpoint file.
+        trust: the factories that may build it and the size it may have (``Config.trust``);
+            there is no default, and ``Trust()`` trusts nothing.
         expected_sha256: the hash pinned at registration; a different file is refused.
         map_location: where tensors are loaded.
-        factory: overrides a missing factory (checkpoints written by the plain recipe).
+        factory: the pinned factory (a registry entry's); a file naming another factory or
+            other kwargs is refused, a file naming none (the plain recipe) takes this one.
+            ``None``: the file's own factory.
         factory_kwargs: kwargs for that factory.
 
     Raises:
-        CheckpointNotFound, CheckpointChanged, CheckpointCorrupt, UnsafeCheckpoint,
-        LineageMissing, FactoryError, StateDictMismatch.
+        CheckpointNotFound, CheckpointChanged, CheckpointTooLarge, CheckpointCorrupt,
+        UnsafeCheckpoint, LineageMissing, ModelMismatch, UntrustedFactory, FactoryError,
+        StateDictMismatch.
 
     """
     file = Path(path)
     if not file.is_file():
         raise CheckpointNotFound(file)
+    if factory is not None:
+        trust.check(factory)  # a pinned factory that is not trusted is refused before any read
     sha, _ = sha256_file(file)
     if expected_sha256 is not None and sha != expected_sha256:
         raise CheckpointChanged(file, expected_sha256, sha)
-    payload = read_payload(file, map_location)
+    payload = read_payload(file, map_location, max_bytes=trust.max_checkpoint_bytes)
     lineage = complete_lineage(file, payload["lineage"], factory, factory_kwargs)
-    model = build_model(lineage["model"]["factory"], lineage["model"].get("kwargs"))
+    model = build_model(lineage["model"]["factory"], lineage["model"]["kwargs"], trust=trust)
     _load_strict(model, payload["model_state_dict"], file)
     model.eval()
     return LoadedCheckpoint(model, lineage, dict(payload.get("metrics") or {}), sha, str(file))
@@ -243,23 +299,55 @@ def complete_lineage(
     factory: str | None = None,
     factory_kwargs: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The lineage with a supplied factory filled in; raises listing every missing field."""
+    """The lineage with its model pinned: ``{"factory": ..., "kwargs": {...}}``.
+
+    ``factory`` (with ``factory_kwargs``) fills in a missing model; a recorded model that
+    differs from it is refused.
+
+    Raises:
+        LineageMissing: listing every missing field.
+        ModelMismatch: the recorded factory or kwargs differ from the given ones.
+        FactoryError: the recorded kwargs are not a mapping.
+
+    """
     lineage: dict[str, Any] = dict(recorded) if isinstance(recorded, Mapping) else {}
+    own = _model_spec(lineage.get("model"))
     if factory is not None:
-        lineage["model"] = {"factory": factory, "kwargs": dict(factory_kwargs or {})}
+        pinned = {"factory": factory, "kwargs": dict(factory_kwargs or {})}
+        if own is not None and own != pinned:
+            raise ModelMismatch(path, own, pinned)
+        own = pinned
+    if own is not None:
+        lineage["model"] = own
     missing = missing_fields(lineage)
     if missing:
         raise LineageMissing(path, missing)
     return lineage
 
 
-def _load_strict(model: torch.nn.Module, state: Mapping[str, Any], path: object) -> None:
+def _model_spec(model: Any) -> dict[str, Any] | None:
+    """A recorded ``model`` as ``{"factory", "kwargs"}``, or None when it names no factory."""
+    if not isinstance(model, Mapping) or model.get("factory") in (None, ""):
+        return None
+    kwargs = model.get("kwargs") or {}
+    if not isinstance(kwargs, Mapping):
+        raise FactoryError(str(model["factory"]), "its kwargs are not a mapping of names to values")
+    return {"factory": model["factory"], "kwargs": dict(kwargs)}
+
+
+def _load_strict(model: torch.nn.Module, state: Any, path: object) -> None:
+    """Load ``state`` into ``model`` with every key and shape matching; one line when not."""
+    if not isinstance(state, Mapping):
+        raise CheckpointCorrupt(
+            path, f"model_state_dict is a {type(state).__name__}, not a mapping of names to tensors"
+        )
     expected = model.state_dict()
     missing = [k for k in expected if k not in state]
-    unexpected = [k for k in state if k not in expected]
+    unexpected = [str(k) for k in state if k not in expected]
     if missing or unexpected:
         raise StateDictMismatch(path, missing, unexpected)
     try:
         model.load_state_dict(state, strict=True)
-    except RuntimeError as exc:  # same keys, different shapes
-        raise StateDictMismatch(path, [], [], str(exc).strip().splitlines()[-1].strip()) from None
+    except Exception as exc:  # noqa: BLE001 - same keys, other shapes, or values that are no tensors
+        detail = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else ""
+        raise StateDictMismatch(path, [], [], detail or type(exc).__name__) from None

@@ -12,9 +12,18 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from evalsentry.errors import ConfigError
+from evalsentry.trust import DEFAULT_MAX_CHECKPOINT_BYTES, TRUSTED_ENTRY, Trust
 
 CONFIG_FILE = "evalsentry.yaml"
 _TOLERANCE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(%?)\s*")
@@ -144,7 +153,30 @@ class Config(BaseModel):
         allow_inf_nan=False,
         description="seconds one evaluation may run before it is killed and recorded as an error",
     )
+    trusted_factories: list[str] = Field(
+        default_factory=list,
+        description="modules whose nn.Module classes, and module:attr callables, may build a "
+        "model from a checkpoint; nothing else is imported on a checkpoint's word",
+    )
+    max_checkpoint_bytes: int = Field(
+        DEFAULT_MAX_CHECKPOINT_BYTES,
+        gt=0,
+        description="largest checkpoint file, and largest total its archive inflates to",
+    )
     root: str = Field(".", exclude=True, description="folder the relative locations resolve in")
+    #: The file these settings were read from ("" when built in code), named in refusals.
+    _source: str = PrivateAttr("")
+
+    @field_validator("trusted_factories")
+    @classmethod
+    def _check_entries(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            if not TRUSTED_ENTRY.fullmatch(entry):
+                raise ValueError(
+                    f"{entry!r} is neither a module name (pkg.models) nor module:attr "
+                    "(pkg.models:make_net)"
+                )
+        return entries
 
     @model_validator(mode="before")
     @classmethod
@@ -168,6 +200,15 @@ class Config(BaseModel):
         if "://" in location:
             return location
         return str((Path(self.root) / location).resolve())
+
+    @property
+    def trust(self) -> Trust:
+        """What checkpoints may run and how large they may be, naming this file in refusals."""
+        return Trust(
+            tuple(self.trusted_factories),
+            self.max_checkpoint_bytes,
+            self._source or str(Path(self.root).resolve() / CONFIG_FILE),
+        )
 
     @property
     def store_url(self) -> str:
@@ -214,9 +255,11 @@ def load_config(path: str | Path | None = None) -> Config:
         ) from None
     data = _parse_yaml(file, text)
     try:
-        return Config.model_validate({**data, "root": str(file.resolve().parent)})
+        config = Config.model_validate({**data, "root": str(file.resolve().parent)})
     except ValidationError as exc:
         raise config_error(file, exc) from None
+    config._source = str(file.resolve())
+    return config
 
 
 def _parse_yaml(file: Path, text: str) -> dict[str, object]:
@@ -260,7 +303,7 @@ def config_error(file: object, exc: ValidationError) -> ConfigError:
     """The first pydantic error as a ``ConfigError`` naming file and field."""
     first = exc.errors()[0]
     field = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    message = first["msg"]
+    message = first["msg"].removeprefix("Value error, ")  # pydantic's wrapping of a ValueError
     if first["type"] == "extra_forbidden":
         message = "unknown field; remove it or check its spelling"
     return ConfigError(file, field, message)

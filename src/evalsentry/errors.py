@@ -211,3 +211,54 @@ class RegressionDetected(CheckFailed):
     def __init__(self, message: str, report: object = None) -> None:
         self.report = report
         super().__init__(message)
+
+
+# --- trust: what a checkpoint may run and how large it may be ---------------------------------
+
+
+class UntrustedFactory(FactoryError):
+    """A checkpoint or registry entry names a factory ``trusted_factories`` does not admit."""
+
+
+class CheckpointTooLarge(CheckpointError):
+    """The file, or what its archive inflates to, is over ``max_checkpoint_bytes``; nothing read."""
+
+    def __init__(self, path: object, what: str, size: int, limit: int) -> None:
+        self.size, self.limit = size, limit
+        super().__init__(
+            path,
+            f"refused unread: {what} {_bytes(size)}, more than max_checkpoint_bytes: "
+            f"{_bytes(limit)}; raise it in evalsentry.yaml only for a checkpoint you expect to "
+            "be that large",
+        )
+
+
+class ModelMismatch(CheckpointError):
+    """The checkpoint names another factory or other kwargs than the pinned ones."""
+
+    def __init__(self, path: object, own: dict[str, Any], pinned: dict[str, Any]) -> None:
+        self.own, self.pinned = own, pinned
+        super().__init__(
+            path,
+            f"the checkpoint names model {_model(own)}, not the pinned {_model(pinned)}; "
+            "what runs is what was registered: register this file as a new version",
+        )
+
+
+class RegistryEntryInvalid(ConfigError, RegistryError):
+    """A registry entry that is malformed, or does not match its file's name; names both."""
+
+
+def _bytes(size: int) -> str:
+    """``4294967296 bytes (4.0 GiB)``: exact, and readable."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size} bytes ({size / scale:.1f} {unit})"
+    return f"{size} bytes"
+
+
+def _model(model: dict[str, Any], limit: int = 200) -> str:
+    """``pkg.mod:Net(channels=16)``, cut to ``limit`` characters."""
+    kwargs = ", ".join(f"{k}={v!r}" for k, v in sorted(model.get("kwargs", {}).items()))
+    text = f"{model.get('factory')}({kwargs})"
+    return text if len(text) <= limit else text[: limit - 1] + "…"

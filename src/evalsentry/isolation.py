@@ -9,7 +9,9 @@ boundary makes a crash (a segfault in an extension, ``os._exit`` in model code) 
 
 What runs in the child is the code that comes with a checkpoint: reading it, calling its
 factory, loading the weights, and the inference loop (``inference.evaluate``). Metrics, the
-gate and the history stay in the caller.
+gate and the history stay in the caller. The child is handed the allowlist
+(``trusted_factories``, ``max_checkpoint_bytes``) and the factory pinned at registration, and
+``load_checkpoint`` checks both there before anything is inflated or imported.
 
 How the child is started, and why so:
 
@@ -52,7 +54,7 @@ import threading
 import time
 import traceback
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -65,6 +67,7 @@ from evalsentry.inference import ForwardRaised, exception_line
 if TYPE_CHECKING:
     from evalsentry.evalsets import Evalset
     from evalsentry.inference import InferenceResult, ProgressFn
+    from evalsentry.trust import Trust
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +153,9 @@ def evaluate_isolated(
     evalset: Evalset,
     *,
     expected_sha256: str | None,
+    trust: Trust,
+    factory: str | None = None,
+    factory_kwargs: Mapping[str, Any] | None = None,
     device: str,
     timeout_s: float,
     progress: ProgressFn | None = None,
@@ -160,6 +166,9 @@ def evaluate_isolated(
         uri: the checkpoint file.
         evalset: a loaded, verified evalset (sent to the child once per child).
         expected_sha256: the hash pinned at registration, checked in the child.
+        trust: the trusted factories and the size limit, checked in the child.
+        factory: the factory pinned at registration (``None``: the file's own, if trusted).
+        factory_kwargs: the kwargs pinned with it.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         timeout_s: seconds from the child holding the evalset to its answer.
         progress: called here with (examples done, total) as the child reports them.
@@ -169,10 +178,16 @@ def evaluate_isolated(
         EvaluationProcessDied: the child ended without an answer.
         EvaluationFailed: the evaluation raised in the child, with its one-line reason.
     """
+    load = {
+        "trust": trust,
+        "expected_sha256": expected_sha256,
+        "factory": factory,
+        "factory_kwargs": dict(factory_kwargs) if factory_kwargs is not None else None,
+    }
     child = _checkout()
     done = False
     try:
-        answer = child.evaluate(uri, evalset, expected_sha256, device, timeout_s, progress)
+        answer = child.evaluate(uri, evalset, load, device, timeout_s, progress)
         done = True
         return answer
     finally:
@@ -238,7 +253,7 @@ class _Child:
         self,
         uri: str,
         evalset: Evalset,
-        expected_sha256: str | None,
+        load: dict[str, Any],
         device: str,
         timeout_s: float,
         progress: ProgressFn | None,
@@ -248,7 +263,7 @@ class _Child:
         try:
             if not self.ready:
                 self._expect_ready(deadline)
-            self.send(("evaluate", self._job(uri, evalset, expected_sha256, device)))
+            self.send(("evaluate", self._job(uri, evalset, load, device)))
             while True:
                 message = self.receive(deadline - time.monotonic())
                 if message is None:
@@ -286,9 +301,7 @@ class _Child:
                 _reemit(message[1])
             self.ready = message[0] == "ready"
 
-    def _job(
-        self, uri: str, evalset: Evalset, expected_sha256: str | None, device: str
-    ) -> dict[str, Any]:
+    def _job(self, uri: str, evalset: Evalset, load: dict[str, Any], device: str) -> dict[str, Any]:
         # The manifest as a whole, not only the identity hash: a changed class order changes
         # the targets without changing the identity.
         key = evalset.sha256 + hashlib.sha256(evalset.spec.model_dump_json().encode()).hexdigest()
@@ -300,7 +313,7 @@ class _Child:
         torch = sys.modules.get("torch")
         return {
             "uri": uri,
-            "sha256": expected_sha256,
+            "load": load,  # load_checkpoint's keyword arguments: what is trusted and pinned
             "device": device,
             "key": key,
             "evalset": evalset if fresh else None,
@@ -498,7 +511,7 @@ def _evaluate(
     send(("started",))
     phase = LOADING
     try:
-        loaded = load_checkpoint(job["uri"], expected_sha256=job["sha256"])
+        loaded = load_checkpoint(job["uri"], **job["load"])
         send(("loaded", loaded.lineage, loaded.sha256))
         phase = RUNNING
         result = evaluate(

@@ -48,8 +48,14 @@ class Target:
 
     @classmethod
     def from_entry(cls, entry: RegistryEntry) -> Target:
-        """The target a registry entry describes (its pinned sha256 is enforced)."""
+        """The target a registry entry describes (its pinned sha256 and model are enforced)."""
         return cls(entry.model, entry.uri, entry.version, entry.stage, entry.sha256, entry.lineage)
+
+    @property
+    def pinned_model(self) -> Mapping[str, Any]:
+        """The factory and kwargs pinned at registration; empty for a file given directly."""
+        model = self.lineage.get("model") if self.lineage else None
+        return model if isinstance(model, Mapping) else {}
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,8 @@ def evaluate_checkpoint(
 
     The checkpoint is loaded and run in a child process that is killed after
     ``config.inference_timeout_s``; any failure is returned as an error outcome, never raised.
+    The model is built by the factory pinned in the target's registry entry (a file given
+    directly: its own), only if ``config.trust`` admits it.
     """
     from evalsentry.gate import metric_names
     from evalsentry.isolation import EvaluationFailed, evaluate_isolated, failure_reason
@@ -174,6 +182,9 @@ def evaluate_checkpoint(
                 target.uri,
                 evalset,
                 expected_sha256=target.sha256,
+                trust=config.trust,
+                factory=target.pinned_model.get("factory"),
+                factory_kwargs=target.pinned_model.get("kwargs"),
                 device=device,
                 timeout_s=config.inference_timeout_s,
                 progress=progress,
@@ -300,6 +311,7 @@ def live_drift(
     from evalsentry.checkpoint import load_checkpoint
     from evalsentry.drift import input_drift, prediction_drift, read_live
     from evalsentry.inference import predict_classes
+    from evalsentry.registry import Registry
 
     source = config.drift.live.get(evalset.spec.name)
     if source is None:
@@ -312,8 +324,15 @@ def live_drift(
         row = outcome.evaluation
         if not outcome.ok or row["stage"] != "production" or row["evalset"] != evalset.spec.name:
             continue
+        target = Target.from_entry(
+            Registry(config.registry_url).show(row["model"], int(row["version"]))
+        )
         model = load_checkpoint(
-            row["checkpoint_uri"], expected_sha256=row["checkpoint_sha256"]
+            target.uri,
+            trust=config.trust,
+            expected_sha256=target.sha256,
+            factory=target.pinned_model.get("factory"),
+            factory_kwargs=target.pinned_model.get("kwargs"),
         ).model
         live_pred = predict_classes(model, torch.from_numpy(live), device=device)
         reference = (

@@ -3,6 +3,11 @@
 Layout: ``<root>/<model>/v000001.json`` (and ``<root>/<model>/artifacts/`` for copied files).
 A version number is claimed by creating its document exclusively, so two registrations racing
 for the same model both succeed with distinct versions and neither overwrites the other.
+
+An entry pins what evaluation runs: the file (uri, sha256, size) and the model (factory and
+kwargs, in ``lineage.model``). Registration rebuilds the model as evaluation will (trusted
+factory, weights loaded strictly), so what cannot run is refused now. An entry read back is
+checked: a known stage, a pinned factory, and model and version matching its file's name.
 """
 
 from __future__ import annotations
@@ -14,26 +19,41 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
-from evalsentry.checkpoint import complete_lineage, read_payload
+from evalsentry.checkpoint import load_checkpoint
 from evalsentry.config import config_error
-from evalsentry.errors import NotRegistered, RegistryError
-from evalsentry.names import check_name, check_stage
-from evalsentry.storage import blocking_file, filesystem, join, sha256_file, write_atomic
+from evalsentry.errors import NotRegistered, RegistryEntryInvalid, RegistryError
+from evalsentry.names import STAGES, check_name, check_stage
+from evalsentry.storage import blocking_file, filesystem, join, write_atomic
+from evalsentry.trust import Trust
 
 log = logging.getLogger(__name__)
 _VERSION_FILE = re.compile(r"v(\d{6})\.json")
 _MAX_CLAIM_ATTEMPTS = 1000
 
 
+def _known_stage(stage: str) -> str:
+    if stage not in STAGES:
+        raise PydanticCustomError(
+            "stage",
+            "{stage} is not a stage; use one of {stages}",
+            {"stage": repr(stage), "stages": ", ".join(STAGES)},
+        )
+    return stage
+
+
+Stage = Annotated[str, AfterValidator(_known_stage)]
+
+
 class StageChange(BaseModel):
     """One stage transition: to which stage, when, by whom."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    stage: str
+    stage: Stage
     at: str
     by: str
 
@@ -47,11 +67,23 @@ class RegistryEntry(BaseModel):
     uri: str
     sha256: str = Field(min_length=64, max_length=64)
     size: int = Field(ge=0)
-    stage: str
+    stage: Stage
     lineage: dict[str, Any]
     metrics: dict[str, float] = Field(default_factory=dict)
     registered_at: str
     stage_history: list[StageChange] = Field(default_factory=list)
+
+    @field_validator("lineage")
+    @classmethod
+    def _pins_a_model(cls, lineage: dict[str, Any]) -> dict[str, Any]:
+        model = lineage.get("model")
+        if not isinstance(model, dict) or not isinstance(model.get("factory"), str):
+            raise PydanticCustomError(
+                "model", "model.factory is missing: an entry pins the factory evaluation runs"
+            )
+        if not isinstance(model.get("kwargs", {}), dict):
+            raise PydanticCustomError("model", "model.kwargs is not a mapping")
+        return lineage
 
     @property
     def ref(self) -> str:
@@ -121,27 +153,31 @@ class Registry:
         checkpoint: str | Path,
         model: str,
         *,
+        trust: Trust,
         stage: str = "candidate",
         factory: str | None = None,
         factory_kwargs: Mapping[str, Any] | None = None,
         copy: bool = False,
     ) -> RegistryEntry:
-        """Pin a checkpoint's sha256 and size and record it as the model's next version.
+        """Pin a checkpoint's sha256, size and model, and record it as the model's next version.
 
-        The payload is read with ``weights_only=True`` (a payload that tries to run code is
-        refused) and its lineage checked; ``factory`` fills in a missing one.
+        The checkpoint is loaded as evaluation will load it: size bounded, read with
+        ``weights_only=True``, its lineage checked, the model built by a factory ``trust``
+        admits and the weights loaded strictly. ``factory`` (with ``factory_kwargs``) supplies
+        a missing factory; it must agree with a recorded one.
 
         Raises:
-            CheckpointNotFound, UnsafeCheckpoint, CheckpointCorrupt, LineageMissing, InvalidName.
+            CheckpointNotFound, CheckpointTooLarge, UnsafeCheckpoint, CheckpointCorrupt,
+            LineageMissing, ModelMismatch, UntrustedFactory, FactoryError, StateDictMismatch,
+            InvalidName.
 
         """
         check_name("model", model)
         check_stage(stage)
         self.check_root()
         file = Path(checkpoint).resolve()
-        payload = read_payload(file)
-        lineage = complete_lineage(file, payload["lineage"], factory, factory_kwargs)
-        sha, size = sha256_file(file)
+        loaded = load_checkpoint(file, trust=trust, factory=factory, factory_kwargs=factory_kwargs)
+        lineage, sha, size = loaded.lineage, loaded.sha256, file.stat().st_size
         for _ in range(_MAX_CLAIM_ATTEMPTS):
             version = self._next_version(model)
             uri = str(file)
@@ -155,7 +191,7 @@ class Registry:
                 size=size,
                 stage=stage,
                 lineage=lineage,
-                metrics={k: float(v) for k, v in (payload.get("metrics") or {}).items()},
+                metrics={k: float(v) for k, v in loaded.metrics.items()},
                 registered_at=_now(),
                 stage_history=[StageChange(stage=stage, at=_now(), by=_who())],
             )
@@ -208,13 +244,32 @@ class Registry:
             if model not in self.models():
                 raise NotRegistered(f"model {model!r}", model, self.models())
             raise NotRegistered(f"{model}@v{version}")
-        return self._read(path)
+        return self._read(path, model, version)
 
-    def _read(self, path: str) -> RegistryEntry:
+    def _read(self, path: str, model: str, version: int) -> RegistryEntry:
+        """The entry at ``path``, checked; its model and version must be those of its name.
+
+        Raises:
+            RegistryEntryInvalid: naming the file and the field.
+
+        """
         try:
-            return RegistryEntry.model_validate_json(self.fs.cat_file(path))
+            entry = RegistryEntry.model_validate_json(self.fs.cat_file(path))
         except ValidationError as exc:
-            raise config_error(path, exc) from None
+            error = config_error(path, exc)
+            raise RegistryEntryInvalid(path, error.field, error.problem) from None
+        for field, value, named in (
+            ("model", entry.model, model),
+            ("version", entry.version, version),
+        ):
+            if value != named:
+                raise RegistryEntryInvalid(
+                    path,
+                    field,
+                    f"{value!r} does not match the file's name ({model}/v{version:06d}.json); "
+                    "restore the entry, or register the checkpoint again",
+                )
+        return entry
 
     def list(self, model: str | None = None) -> list[RegistryEntry]:
         """Every entry, or one model's, ordered by model and version."""

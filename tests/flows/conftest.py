@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.models import TRUST, TRUSTED_YAML
+
 
 @pytest.fixture(autouse=True, scope="session")
 def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
@@ -31,8 +33,10 @@ def toy_project(tmp_path: Path, toy_evalset: Path, toy_checkpoints: dict[str, Pa
     from evalsentry.registry import Registry
 
     config = tmp_path / "evalsentry.yaml"
-    config.write_text(f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n")
+    config.write_text(
+        f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n" + TRUSTED_YAML
+    )
     Registry(str(tmp_path / "registry")).register(
-        toy_checkpoints["good"], "toy-model", stage="production"
+        toy_checkpoints["good"], "toy-model", stage="production", trust=TRUST
     )
     return config

@@ -15,7 +15,7 @@ from evalsentry.config import load_config
 from evalsentry.history import History
 from evalsentry.registry import Registry
 from flows.weekly_eval import weekly_eval
-from tests.models import SleepingNet
+from tests.models import TRUST, SleepingNet
 from tests.unit.test_pipeline import BROKEN, save_model
 
 WEEK = "2026-W40"
@@ -33,7 +33,7 @@ def register_broken(config: Path, kind: str, folder: Path, train_data: Path) -> 
     """Register a model broken in the way ``kind`` names as production; its expected reason."""
     model_class, kwargs, reason = KINDS[kind]
     path = save_model(model_class, folder / f"{kind}.pt", train_data, **kwargs)
-    Registry(load_config(config).registry_url).register(path, kind, stage="production")
+    Registry(load_config(config).registry_url).register(path, kind, stage="production", trust=TRUST)
     return reason
 
 

@@ -14,6 +14,7 @@ from evalsentry.registry import Registry
 from flows.dask_cluster import TRIM_ENV, WORKER_CONFIG, current_api_url, local_cluster
 from flows.weekly_eval import weekly_eval
 from tests.flows.api import task_runs
+from tests.models import TRUST, TRUSTED_YAML
 
 
 def _metrics(config: Path) -> pd.DataFrame:
@@ -36,10 +37,12 @@ def test_dask_local_cluster_matches_the_thread_runner(
         folder = tmp_path / runner
         folder.mkdir()
         config = folder / "evalsentry.yaml"
-        config.write_text(f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n")
+        config.write_text(
+            f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n" + TRUSTED_YAML
+        )
         registry = Registry(load_config(config).registry_url)
-        registry.register(toy_checkpoints["good"], "good", stage="production")
-        registry.register(toy_checkpoints["degraded"], "degraded", stage="production")
+        registry.register(toy_checkpoints["good"], "good", stage="production", trust=TRUST)
+        registry.register(toy_checkpoints["degraded"], "degraded", stage="production", trust=TRUST)
         state = weekly_eval(
             week="2026-W40", config=str(config), task_runner=runner, return_state=True
         )

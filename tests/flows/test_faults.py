@@ -19,7 +19,7 @@ from evalsentry.config import load_config
 from evalsentry.history import History
 from evalsentry.registry import Registry
 from flows.weekly_eval import weekly_eval
-from tests.models import Marker, TinyNet
+from tests.models import TRUST, Marker, TinyNet
 from tests.unit.test_evalsets import rewrite
 
 
@@ -84,7 +84,9 @@ def test_f5_checkpoint_swapped_for_a_malicious_pickle_is_refused_unrun(
     """5: a registered file replaced by a code-running pickle is refused; its command never runs."""
     target = tmp_path / "swapped.pt"
     target.write_bytes(toy_checkpoints["good"].read_bytes())
-    Registry(load_config(toy_project).registry_url).register(target, "swapped", stage="production")
+    Registry(load_config(toy_project).registry_url).register(
+        target, "swapped", stage="production", trust=TRUST
+    )
     marker = tmp_path / "pwned"
     torch.save({"model_state_dict": {}, "lineage": Marker(str(marker))}, target)
     state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
@@ -129,7 +131,9 @@ def test_f10_model_producing_nan_is_an_error_row_listing_example_ids(
         data=train_data,
         factory_kwargs={"features": 4, "classes": 3, "hidden": 8},
     )
-    Registry(load_config(toy_project).registry_url).register(path, "nan-model", stage="production")
+    Registry(load_config(toy_project).registry_url).register(
+        path, "nan-model", stage="production", trust=TRUST
+    )
     state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
     assert state.is_failed() and "nan-model" in state.message
     error = _history(toy_project).evaluations().set_index("model").loc["nan-model", "error"]

@@ -17,6 +17,7 @@ from evalsentry.cli import main
 from evalsentry.config import load_config
 from evalsentry.registry import Registry
 from flows.weekly_eval import weekly_eval
+from tests.models import TRUST, TRUSTED_YAML
 
 BUCKET = "evalsentry-test"
 
@@ -72,6 +73,7 @@ def s3_project(
     config = tmp_path / "evalsentry.yaml"
     config.write_text(
         f"store: {prefix}/store\nregistry: {prefix}/registry\nevalsets: {toy_evalset.parent}\n"
+        + TRUSTED_YAML
     )
     return config
 
@@ -107,7 +109,7 @@ def test_weekly_flow_and_gate_on_an_s3_store(
     )
     assert weekly_eval(week="2026-W40", config=config, return_state=True).is_completed()
     registry = Registry(load_config(s3_project).registry_url)
-    entry = registry.register(toy_checkpoints["degraded"], "toy-model")
+    entry = registry.register(toy_checkpoints["degraded"], "toy-model", trust=TRUST)
     registry.promote("toy-model", entry.version, "production")
     assert weekly_eval(week="2026-W41", config=config, return_state=True).is_failed()
     capsys.readouterr()
@@ -130,7 +132,9 @@ def test_racing_registrations_on_s3_get_distinct_versions(
     registry = Registry(load_config(s3_project).registry_url)
     with ThreadPoolExecutor(max_workers=6) as pool:
         entries = list(
-            pool.map(lambda _: registry.register(toy_checkpoints["good"], "raced"), range(6))
+            pool.map(
+                lambda _: registry.register(toy_checkpoints["good"], "raced", trust=TRUST), range(6)
+            )
         )
     assert sorted(e.version for e in entries) == list(range(1, 7))
     assert len(registry.list("raced")) == 6
@@ -151,7 +155,7 @@ def test_evalset_on_s3_is_verified_by_streaming_and_tampering_is_caught(
     s3_project.write_text(text)
     config = str(s3_project)
     Registry(load_config(s3_project).registry_url).register(
-        toy_checkpoints["good"], "toy-model", stage="production"
+        toy_checkpoints["good"], "toy-model", stage="production", trust=TRUST
     )
     assert weekly_eval(week="2026-W40", config=config, return_state=True).is_completed()
     data = f"{remote}/toy/data/part-000.parquet"

@@ -21,6 +21,7 @@ from flows.weekly_eval import weekly_eval
 from tasks.evaluate import evaluate, on_device
 from tests.flows.api import task_runs
 from tests.flows.test_s3_store import s3_endpoint, s3_project  # noqa: F401 - fixtures, moto on loopback
+from tests.models import TRUST
 from tests.unit.test_evalsets import edit
 
 
@@ -68,7 +69,7 @@ class TestWeeklyEval:
         first = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
         second = weekly_eval(week="2026-W41", config=str(toy_project), return_state=True)
         registry = Registry(load_config(toy_project).registry_url)
-        entry = registry.register(toy_checkpoints["degraded"], "toy-model")
+        entry = registry.register(toy_checkpoints["degraded"], "toy-model", trust=TRUST)
         registry.promote("toy-model", entry.version, "production")
         third = weekly_eval(week="2026-W42", config=str(toy_project), return_state=True)
         assert (first.is_completed(), second.is_completed(), third.is_failed()) == (
@@ -171,7 +172,7 @@ class TestWeeklyEval:
         broken = tmp_path / "broken.pt"
         broken.write_bytes(toy_checkpoints["good"].read_bytes())
         Registry(load_config(toy_project).registry_url).register(
-            broken, "other-model", stage="production"
+            broken, "other-model", stage="production", trust=TRUST
         )
         broken.write_bytes(broken.read_bytes()[:200])
         state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
@@ -313,7 +314,7 @@ def test_an_s3_store_links_a_signed_url_a_browser_can_open(
     import urllib.request
 
     Registry(load_config(s3_project).registry_url).register(
-        toy_checkpoints["good"], "toy-model", stage="production"
+        toy_checkpoints["good"], "toy-model", stage="production", trust=TRUST
     )
     state = weekly_eval(week="2026-W40", config=str(s3_project), return_state=True)
     assert state.is_completed(), state.message

@@ -17,6 +17,7 @@ import pytest
 from evalsentry.registry import Registry
 from flows.alerts import BLOCK_NAME, URL_VARIABLE
 from tests.integration.prefect_server import ROOT, api, free_port, run_week
+from tests.models import TRUST, TRUSTED_YAML
 
 pytestmark = pytest.mark.integration
 
@@ -110,15 +111,17 @@ def test_a_failed_week_posts_one_rounded_summary_and_a_passing_week_none(
     assert isinstance(blocks, list) and len(blocks) == 1
     try:
         config = tmp_path / "evalsentry.yaml"
-        config.write_text(f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n")
+        config.write_text(
+            f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n" + TRUSTED_YAML
+        )
         registry = Registry(str(tmp_path / "registry"))
-        registry.register(toy_checkpoints["good"], "toy-model", stage="production")
+        registry.register(toy_checkpoints["good"], "toy-model", stage="production", trust=TRUST)
         for week in ("2026-W40", "2026-W41"):  # the baseline, then a week that passes against it
             assert run_week(server, week, config)["state"] == "COMPLETED"
         listener.wait_for(1, QUIET_S)
         assert listener.posts == []
 
-        entry = registry.register(toy_checkpoints["degraded"], "toy-model")
+        entry = registry.register(toy_checkpoints["degraded"], "toy-model", trust=TRUST)
         registry.promote("toy-model", entry.version, "production")
         failed = run_week(server, "2026-W42", config)
         assert failed["state"] == "FAILED", failed

@@ -15,6 +15,7 @@ from tests.integration.prefect_server import (
     wait_queue_ready,
     workers,
 )
+from tests.models import TRUST, TRUSTED_YAML
 
 pytestmark = pytest.mark.integration
 
@@ -25,11 +26,13 @@ FAN_OUT = {name: ["--work-queue", "fan-out", "--limit", "1"] for name in ("gpu-a
 def _config(tmp_path: Path, toy_evalset: Path, checkpoints: dict[str, Path]) -> Path:
     """A project with two production model lines per toy checkpoint: four children a week."""
     config = tmp_path / "evalsentry.yaml"
-    config.write_text(f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n")
+    config.write_text(
+        f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n" + TRUSTED_YAML
+    )
     registry = Registry(str(tmp_path / "registry"))
     for name, path in checkpoints.items():
         for line in (1, 2):
-            registry.register(path, f"{name}-{line}", stage="production")
+            registry.register(path, f"{name}-{line}", stage="production", trust=TRUST)
     return config
 
 

@@ -19,6 +19,7 @@ from tests.integration.prefect_server import (
     run_week,
     trigger,
 )
+from tests.models import TRUST, TRUSTED_YAML
 
 pytestmark = pytest.mark.integration
 
@@ -34,9 +35,11 @@ def test_deployed_weekly_eval_runs_on_a_process_worker(
     scheduled.
     """
     config = tmp_path / "evalsentry.yaml"
-    config.write_text(f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n")
+    config.write_text(
+        f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n" + TRUSTED_YAML
+    )
     registry = Registry(str(tmp_path / "registry"))
-    registry.register(toy_checkpoints["good"], "toy-model", stage="production")
+    registry.register(toy_checkpoints["good"], "toy-model", stage="production", trust=TRUST)
 
     first = run_week(server, "2026-W40", config)
     assert re.fullmatch(r"weekly-eval-2026-W40-backfill-[0-9a-f]{6}", str(first["name"])), first
@@ -45,7 +48,7 @@ def test_deployed_weekly_eval_runs_on_a_process_worker(
         first["artifacts"]
     )
 
-    entry = registry.register(toy_checkpoints["degraded"], "toy-model")
+    entry = registry.register(toy_checkpoints["degraded"], "toy-model", trust=TRUST)
     registry.promote("toy-model", entry.version, "production")
     flow_run_id = trigger(server, "2026-W41", config)
     worker = subprocess.run(

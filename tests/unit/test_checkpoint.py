@@ -20,7 +20,7 @@ from evalsentry.errors import (
     UnsafeCheckpoint,
 )
 from evalsentry.storage import sha256_file
-from tests.models import Marker, TinyNet
+from tests.models import TRUST, Marker, TinyNet
 
 
 class TestSave:
@@ -110,7 +110,9 @@ class TestSave:
 class TestLoad:
     def test_round_trip_rebuilds_the_same_model(self, tiny_checkpoint: Path) -> None:
         """Loading rebuilds the architecture from lineage and restores the exact weights."""
-        loaded = load_checkpoint(tiny_checkpoint, expected_sha256=sha256_file(tiny_checkpoint)[0])
+        loaded = load_checkpoint(
+            tiny_checkpoint, expected_sha256=sha256_file(tiny_checkpoint)[0], trust=TRUST
+        )
         original = torch.load(tiny_checkpoint, weights_only=True)["model_state_dict"]
         assert isinstance(loaded.model, TinyNet)
         assert not loaded.model.training
@@ -120,33 +122,33 @@ class TestLoad:
     def test_missing_file(self, tmp_path: Path) -> None:
         """A missing file is named."""
         with pytest.raises(CheckpointNotFound, match=r"nope\.pt"):
-            load_checkpoint(tmp_path / "nope.pt")
+            load_checkpoint(tmp_path / "nope.pt", trust=TRUST)
 
     def test_truncated_file_is_corrupt(self, tiny_checkpoint: Path) -> None:
         """A file cut short is reported as corrupt, not as an obscure zip error."""
         data = tiny_checkpoint.read_bytes()
         tiny_checkpoint.write_bytes(data[: len(data) // 2])
         with pytest.raises(CheckpointCorrupt, match="corrupt or truncated"):
-            load_checkpoint(tiny_checkpoint)
+            load_checkpoint(tiny_checkpoint, trust=TRUST)
 
     def test_garbage_file_is_corrupt(self, tmp_path: Path) -> None:
         """Bytes that are no checkpoint at all are reported as corrupt."""
         path = tmp_path / "noise.pt"
         path.write_bytes(b"\x00not a checkpoint" * 10)
         with pytest.raises(CheckpointCorrupt):
-            load_checkpoint(path)
+            load_checkpoint(path, trust=TRUST)
 
     def test_sha_mismatch_says_changed_since_registration(self, tiny_checkpoint: Path) -> None:
         """A file that differs from its pinned hash is refused before it is read."""
         with pytest.raises(CheckpointChanged, match="changed since registration"):
-            load_checkpoint(tiny_checkpoint, expected_sha256="0" * 64)
+            load_checkpoint(tiny_checkpoint, expected_sha256="0" * 64, trust=TRUST)
 
     def test_missing_lineage_fields_are_all_listed(self, tmp_path: Path) -> None:
         """A plain-recipe checkpoint without lineage lists every missing field."""
         path = tmp_path / "plain.pt"
         torch.save({"model_state_dict": TinyNet().state_dict(), "lineage": {"seed": 1}}, path)
         with pytest.raises(LineageMissing) as err:
-            load_checkpoint(path)
+            load_checkpoint(path, trust=TRUST)
         assert err.value.fields == [
             "git_sha",
             "data_sha",
@@ -165,7 +167,7 @@ class TestLoad:
             "timestamp_utc": "2026-11-30T06:00:00+00:00",
         }
         torch.save({"model_state_dict": TinyNet().state_dict(), "lineage": lineage}, path)
-        loaded = load_checkpoint(path, factory="tests.models:tiny_net")
+        loaded = load_checkpoint(path, factory="tests.models:tiny_net", trust=TRUST)
         assert loaded.lineage["model"]["factory"] == "tests.models:tiny_net"
 
     def test_naive_timestamp_is_refused(self, tmp_path: Path) -> None:
@@ -180,7 +182,7 @@ class TestLoad:
         }
         torch.save({"model_state_dict": TinyNet().state_dict(), "lineage": lineage}, path)
         with pytest.raises(LineageMissing, match="timezone-aware"):
-            load_checkpoint(path)
+            load_checkpoint(path, trust=TRUST)
 
     def test_state_dict_key_mismatch_lists_keys(self, tmp_path: Path) -> None:
         """Weights of another architecture list the missing and unexpected keys."""
@@ -195,7 +197,7 @@ class TestLoad:
         state = {"head.weight": torch.zeros(3, 8)}
         torch.save({"model_state_dict": state, "lineage": lineage}, path)
         with pytest.raises(StateDictMismatch) as err:
-            load_checkpoint(path)
+            load_checkpoint(path, trust=TRUST)
         assert "body.0.weight" in err.value.missing
         assert err.value.unexpected == ["head.weight"]
 
@@ -205,16 +207,16 @@ class TestLoad:
         path = tmp_path / "evil.pt"
         torch.save({"model_state_dict": {}, "lineage": Marker(str(marker))}, path)
         with pytest.raises(UnsafeCheckpoint, match="refused"):
-            load_checkpoint(path)
+            load_checkpoint(path, trust=TRUST)
         assert not marker.exists()
 
     def test_legacy_pickle_that_would_run_code_is_refused(self, tmp_path: Path) -> None:
-        """A raw (non-zip) pickle with a code-running reduce is refused too."""
+        """A raw (non-zip) pickle with a code-running reduce is refused unread: not a zip."""
         marker = tmp_path / "pwned"
         path = tmp_path / "evil.pkl"
         path.write_bytes(pickle.dumps(Marker(str(marker)), protocol=2))  # legacy torch.save
-        with pytest.raises(UnsafeCheckpoint):
-            load_checkpoint(path)
+        with pytest.raises(CheckpointCorrupt, match=r"not the zip archive torch\.save writes"):
+            load_checkpoint(path, trust=TRUST)
         assert not marker.exists()
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from evalsentry.history import History
-from tests.models import RaisingNet, SleepingNet, TupleNet
+from tests.models import TRUSTED_YAML, RaisingNet, SleepingNet, TupleNet
 from tests.unit.test_faults_cli import one_line_error
 from tests.unit.test_pipeline import save_model
 
@@ -35,7 +35,7 @@ def evaluate_cli(checkpoint: Path, cwd: Path) -> subprocess.CompletedProcess[str
 def project(tmp_path: Path, toy_evalset: Path) -> Path:
     """A project with the toy evalset, its own store, and a one-second inference timeout."""
     (tmp_path / "evalsentry.yaml").write_text(
-        f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n"
+        f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n{TRUSTED_YAML}"
         "inference_timeout_s: 1\n"
     )
     return tmp_path

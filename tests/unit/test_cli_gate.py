@@ -18,6 +18,7 @@ from evalsentry.config import load_config
 from evalsentry.evalsets import load_evalset
 from evalsentry.history import History
 from evalsentry.pipeline import Target, evaluate_checkpoint, record
+from tests.models import TRUSTED_YAML
 from tests.synthetic import accuracy_mask, record_week
 from tests.unit.test_evalsets import edit
 from tests.unit.test_report import JUNIT_XSD, assert_counts_match_elements
@@ -28,7 +29,7 @@ N = 1000
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A project folder whose config points at its own store."""
-    (tmp_path / "evalsentry.yaml").write_text("store: store\nevalsets: evalsets\n")
+    (tmp_path / "evalsentry.yaml").write_text("store: store\nevalsets: evalsets\n" + TRUSTED_YAML)
     return tmp_path
 
 
@@ -272,7 +273,9 @@ class TestEvaluateCommand:
         self, tmp_path: Path, toy_evalset: Path, toy_checkpoints: dict[str, Path]
     ) -> Path:
         """A project whose history holds one production result of the good toy checkpoint."""
-        (tmp_path / "evalsentry.yaml").write_text("store: store\nevalsets: evalsets\n")
+        (tmp_path / "evalsentry.yaml").write_text(
+            "store: store\nevalsets: evalsets\n" + TRUSTED_YAML
+        )
         record_production(tmp_path, toy_checkpoints["good"], 1, "2026-W40")
         return tmp_path
 

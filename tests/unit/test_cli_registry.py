@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,13 +11,18 @@ from pathlib import Path
 import pytest
 
 from evalsentry.cli import main
+from tests.models import TRUSTED_YAML
+
+REPO = Path(__file__).parents[2]
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``evalsentry`` in a fresh process, as a user would."""
+    """Run ``evalsentry`` in a fresh process, as a user would, able to import the test models."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, "-m", "evalsentry.cli", *args],
         cwd=cwd,
+        env={**os.environ, "PYTHONPATH": path},
         capture_output=True,
         text=True,
         timeout=120,
@@ -28,6 +34,7 @@ class TestRegisterCommand:
         self, chdir_tmp: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """A registered checkpoint shows up in list and show, and can be promoted."""
+        (chdir_tmp / "evalsentry.yaml").write_text(TRUSTED_YAML)
         assert main(["register", str(tiny_checkpoint), "--model", "tiny"]) == 0
         assert "registered tiny@v1 (candidate)" in capsys.readouterr().out
         assert main(["registry", "list"]) == 0

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.models import TRUST
+
 ROOT = Path(__file__).parents[2]
 
 
@@ -75,7 +77,9 @@ def test_run_with_nothing_to_evaluate_exits_2_before_starting_prefect(
     assert main(["run", "--config", str(config)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "register one with `evalsentry register" in err
-    Registry(str(tmp_path / "registry")).register(tiny_checkpoint, "wine", stage="production")
+    Registry(str(tmp_path / "registry")).register(
+        tiny_checkpoint, "wine", stage="production", trust=TRUST
+    )
     assert main(["run", "--model", "wien", "--config", str(config)]) == 2
     err = capsys.readouterr().err
     assert err == "error: model 'wien' is not registered. Did you mean 'wine'?\n"

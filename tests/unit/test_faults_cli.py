@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from evalsentry.history import EVALUATIONS_SCHEMA, History
-from tests.models import Marker, TinyNet
+from tests.models import TRUST, TRUSTED_YAML, Marker, TinyNet
 from tests.synthetic import accuracy_mask, record_week
 from tests.unit.test_cli_registry import run_cli
 
@@ -26,7 +26,7 @@ from tests.unit.test_cli_registry import run_cli
 def project(tmp_path: Path, toy_evalset: Path) -> Path:
     """A project folder with the toy evalset and its own store and registry."""
     (tmp_path / "evalsentry.yaml").write_text(
-        f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n"
+        f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n{TRUSTED_YAML}"
     )
     return tmp_path
 
@@ -65,10 +65,12 @@ def test_f4_checkpoint_replaced_after_registration_is_refused(
     from evalsentry.errors import CheckpointChanged
     from evalsentry.registry import Registry
 
-    entry = Registry(str(project / "registry")).register(toy_checkpoints["good"], "toy-model")
+    entry = Registry(str(project / "registry")).register(
+        toy_checkpoints["good"], "toy-model", trust=TRUST
+    )
     shutil.copy(toy_checkpoints["degraded"], toy_checkpoints["good"])
     with pytest.raises(CheckpointChanged, match="changed since registration"):
-        load_checkpoint(entry.uri, expected_sha256=entry.sha256)
+        load_checkpoint(entry.uri, expected_sha256=entry.sha256, trust=TRUST)
 
 
 def test_f5_malicious_pickle_is_refused_at_registration_and_evaluation(

@@ -20,7 +20,7 @@ from evalsentry.inference import (
     evaluate,
     exception_line,
 )
-from tests.models import RaisingNet
+from tests.models import TRUST, RaisingNet
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def evalset(toy_evalset: Path) -> Evalset:
 @pytest.fixture
 def good_model(toy_checkpoints: dict[str, Path]) -> nn.Module:
     """The model that labelled the toy evalset."""
-    return load_checkpoint(toy_checkpoints["good"]).model
+    return load_checkpoint(toy_checkpoints["good"], trust=TRUST).model
 
 
 class TestOutputs:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sysconfig
 from importlib import metadata
 from pathlib import Path
 
@@ -27,8 +28,12 @@ def _pins() -> dict[str, Version]:
 def test_every_installed_distribution_is_pinned_at_its_locked_version() -> None:
     """No installed package is missing from the lock or at another version (a local build tag aside)."""
     pins = _pins()
+    # The environment's own folders, not sys.path: importing torch._inductor puts setuptools'
+    # vendored packages on sys.path, and they were never installed.
+    folders = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
     installed = {
-        canonicalize_name(d.metadata["Name"]): Version(d.version) for d in metadata.distributions()
+        canonicalize_name(d.metadata["Name"]): Version(d.version)
+        for d in metadata.distributions(path=folders)
     }
     unpinned = sorted(set(installed) - set(pins) - NOT_LOCKED)
     assert not unpinned, f"installed but not in {LOCK.name} (run `make lock`): {unpinned}"

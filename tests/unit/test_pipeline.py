@@ -22,6 +22,8 @@ from evalsentry.isolation import idle_pids
 from evalsentry.pipeline import Outcome, Target, evaluate_checkpoint, new_run_id, record
 from evalsentry.storage import sha256_file
 from tests.models import (
+    TRUST,
+    TRUSTED_FACTORIES,
     CrashingNet,
     FlatNet,
     RaisingNet,
@@ -93,7 +95,7 @@ class TestEvaluateCheckpoint:
         outcome = evaluate_checkpoint(
             target(toy_checkpoints["good"]),
             load_evalset(toy_evalset),
-            config=Config(root=str(tmp_path)),
+            config=Config(root=str(tmp_path), trusted_factories=list(TRUSTED_FACTORIES)),
             run_id=new_run_id(),
             week="2026-W40",
         )
@@ -118,7 +120,7 @@ class TestEvaluateCheckpoint:
         outcome = evaluate_checkpoint(
             target(path),
             load_evalset(toy_evalset),
-            config=Config(root=str(tmp_path)),
+            config=Config(root=str(tmp_path), trusted_factories=list(TRUSTED_FACTORIES)),
             run_id="r",
             week="2026-W40",
         )
@@ -132,7 +134,7 @@ class TestEvaluateCheckpoint:
         outcome = evaluate_checkpoint(
             target(toy_checkpoints["good"], sha="0" * 64),
             load_evalset(toy_evalset),
-            config=Config(root=str(tmp_path)),
+            config=Config(root=str(tmp_path), trusted_factories=list(TRUSTED_FACTORIES)),
             run_id="r",
             week="2026-W40",
         )
@@ -142,7 +144,11 @@ class TestEvaluateCheckpoint:
         self, toy_evalset: Path, toy_checkpoints: dict[str, Path], tmp_path: Path
     ) -> None:
         """Recorded outcomes, good and failed, are all in the history."""
-        evalset, config, run = load_evalset(toy_evalset), Config(root=str(tmp_path)), new_run_id()
+        evalset, config, run = (
+            load_evalset(toy_evalset),
+            Config(root=str(tmp_path), trusted_factories=list(TRUSTED_FACTORIES)),
+            new_run_id(),
+        )
         good = evaluate_checkpoint(
             target(toy_checkpoints["good"]), evalset, config=config, run_id=run, week="2026-W40"
         )
@@ -165,7 +171,7 @@ def run_one(path: Path, toy_evalset: Path, tmp_path: Path, **config: float) -> O
     return evaluate_checkpoint(
         target(path),
         load_evalset(toy_evalset),
-        config=Config(root=str(tmp_path), **config),
+        config=Config(root=str(tmp_path), trusted_factories=list(TRUSTED_FACTORIES), **config),
         run_id=new_run_id(),
         week="2026-W40",
         device="cpu",
@@ -195,7 +201,8 @@ class TestBrokenModels:
         torch.save(payload, path)
         outcome = run_one(path, toy_evalset, tmp_path)
         assert outcome.evaluation["error"] == (
-            "loading the checkpoint raised ValueError: cannot build a 4x8x3 net today"
+            "model factory 'tests.models:exploding_factory': raised ValueError: cannot build a "
+            "4x8x3 net today when called with kwargs {'features': 4, 'classes': 3, 'hidden': 8}"
         )
 
     @pytest.mark.parametrize("model_class", [SleepingNet, StuckInC], ids=["sleeps", "stuck-in-c"])
@@ -236,7 +243,7 @@ class TestIsolation:
         """The child's per-example outputs are exactly what the model gives in this process."""
         outcome = run_one(toy_checkpoints["degraded"], toy_evalset, tmp_path)
         here = evaluate(
-            load_checkpoint(toy_checkpoints["degraded"]).model,
+            load_checkpoint(toy_checkpoints["degraded"], trust=TRUST).model,
             load_evalset(toy_evalset),
             device="cpu",
         ).columns
@@ -279,7 +286,7 @@ class TestIsolation:
             outcome = evaluate_checkpoint(
                 target(path),
                 load_evalset(toy_evalset),
-                config=Config(root=str(tmp_path)),
+                config=Config(root=str(tmp_path), trusted_factories=list(TRUSTED_FACTORIES)),
                 run_id="r",
                 week="2026-W40",
                 device="cpu",

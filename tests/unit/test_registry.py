@@ -20,7 +20,7 @@ from evalsentry.errors import (
 )
 from evalsentry.registry import Registry
 from evalsentry.storage import sha256_file
-from tests.models import Marker, TinyNet
+from tests.models import TRUST, Marker, TinyNet
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ class TestRegister:
         self, registry: Registry, tiny_checkpoint: Path
     ) -> None:
         """Registration pins the file's hash and size and keeps its lineage and metrics."""
-        entry = registry.register(tiny_checkpoint, "tiny")
+        entry = registry.register(tiny_checkpoint, "tiny", trust=TRUST)
         sha, size = sha256_file(tiny_checkpoint)
         assert (entry.version, entry.stage, entry.sha256, entry.size) == (1, "candidate", sha, size)
         assert entry.uri == str(tiny_checkpoint.resolve())
@@ -44,7 +44,9 @@ class TestRegister:
 
     def test_versions_increase(self, registry: Registry, tiny_checkpoint: Path) -> None:
         """Each registration of a model gets the next version."""
-        versions = [registry.register(tiny_checkpoint, "tiny").version for _ in range(3)]
+        versions = [
+            registry.register(tiny_checkpoint, "tiny", trust=TRUST).version for _ in range(3)
+        ]
         assert versions == [1, 2, 3]
 
     def test_racing_registrations_get_distinct_versions(
@@ -52,7 +54,11 @@ class TestRegister:
     ) -> None:
         """Concurrent registrations all succeed, with distinct versions, none overwritten."""
         with ThreadPoolExecutor(max_workers=8) as pool:
-            entries = list(pool.map(lambda _: registry.register(tiny_checkpoint, "tiny"), range(8)))
+            entries = list(
+                pool.map(
+                    lambda _: registry.register(tiny_checkpoint, "tiny", trust=TRUST), range(8)
+                )
+            )
         assert sorted(e.version for e in entries) == list(range(1, 9))
         assert [e.version for e in registry.list("tiny")] == list(range(1, 9))
 
@@ -60,7 +66,7 @@ class TestRegister:
         self, registry: Registry, tiny_checkpoint: Path
     ) -> None:
         """--copy keeps a registry-owned copy with the same hash."""
-        entry = registry.register(tiny_checkpoint, "tiny", copy=True)
+        entry = registry.register(tiny_checkpoint, "tiny", copy=True, trust=TRUST)
         assert entry.uri.startswith(registry.path)
         assert sha256_file(entry.uri)[0] == entry.sha256
 
@@ -71,7 +77,7 @@ class TestRegister:
         path = tmp_path / "bare.pt"
         torch.save({"model_state_dict": TinyNet().state_dict(), "lineage": {}}, path)
         with pytest.raises(LineageMissing, match="git_sha, data_sha, config"):
-            registry.register(path, "tiny")
+            registry.register(path, "tiny", trust=TRUST)
         assert registry.list() == []
 
     def test_missing_factory_can_be_supplied(self, registry: Registry, tmp_path: Path) -> None:
@@ -85,9 +91,13 @@ class TestRegister:
         }
         torch.save({"model_state_dict": TinyNet().state_dict(), "lineage": lineage}, path)
         with pytest.raises(LineageMissing, match=r"model\.factory.*--factory"):
-            registry.register(path, "tiny")
+            registry.register(path, "tiny", trust=TRUST)
         entry = registry.register(
-            path, "tiny", factory="tests.models:TinyNet", factory_kwargs={"features": 4}
+            path,
+            "tiny",
+            factory="tests.models:TinyNet",
+            factory_kwargs={"features": 4},
+            trust=TRUST,
         )
         assert entry.lineage["model"] == {
             "factory": "tests.models:TinyNet",
@@ -102,7 +112,7 @@ class TestRegister:
         path = tmp_path / "evil.pt"
         torch.save({"model_state_dict": {}, "lineage": Marker(str(marker))}, path)
         with pytest.raises(UnsafeCheckpoint):
-            registry.register(path, "tiny")
+            registry.register(path, "tiny", trust=TRUST)
         assert not marker.exists()
 
     @pytest.mark.parametrize("name", ["../x", "/abs", "a/b", "..", "", "x y", ".hidden"])
@@ -111,12 +121,12 @@ class TestRegister:
     ) -> None:
         """Model names can never address files outside the model's folder."""
         with pytest.raises(InvalidName):
-            registry.register(tiny_checkpoint, name)
+            registry.register(tiny_checkpoint, name, trust=TRUST)
 
     def test_missing_checkpoint(self, registry: Registry, tmp_path: Path) -> None:
         """A missing file is named."""
         with pytest.raises(CheckpointNotFound):
-            registry.register(tmp_path / "none.pt", "tiny")
+            registry.register(tmp_path / "none.pt", "tiny", trust=TRUST)
 
 
 class TestStages:
@@ -124,8 +134,8 @@ class TestStages:
         self, registry: Registry, tiny_checkpoint: Path
     ) -> None:
         """At most one production version per model; the old one becomes archived."""
-        registry.register(tiny_checkpoint, "tiny", stage="production")
-        registry.register(tiny_checkpoint, "tiny")
+        registry.register(tiny_checkpoint, "tiny", stage="production", trust=TRUST)
+        registry.register(tiny_checkpoint, "tiny", trust=TRUST)
         registry.promote("tiny", 2, "production")
         stages = {e.version: e.stage for e in registry.list("tiny")}
         assert stages == {1: "archived", 2: "production"}
@@ -138,26 +148,26 @@ class TestStages:
         self, registry: Registry, tiny_checkpoint: Path
     ) -> None:
         """Asking for a stage no version is in is a clear error."""
-        registry.register(tiny_checkpoint, "tiny")
+        registry.register(tiny_checkpoint, "tiny", trust=TRUST)
         with pytest.raises(NotRegistered, match="production version of 'tiny'"):
             registry.resolve("tiny", "production")
 
     def test_unknown_model_suggests_a_name(self, registry: Registry, tiny_checkpoint: Path) -> None:
         """A misspelt model name gets a did-you-mean."""
-        registry.register(tiny_checkpoint, "digits")
+        registry.register(tiny_checkpoint, "digits", trust=TRUST)
         with pytest.raises(NotRegistered, match="Did you mean 'digits'"):
             registry.show("digitz", 1)
 
     def test_unknown_stage_is_refused(self, registry: Registry, tiny_checkpoint: Path) -> None:
         """Only the three stages exist."""
-        registry.register(tiny_checkpoint, "tiny")
+        registry.register(tiny_checkpoint, "tiny", trust=TRUST)
         with pytest.raises(InvalidName, match="candidate, production, archived"):
             registry.promote("tiny", 1, "prod")
 
 
 def test_malformed_entry_names_file_and_field(registry: Registry, tiny_checkpoint: Path) -> None:
     """A hand-edited registry entry with a bad field is reported with file and field."""
-    registry.register(tiny_checkpoint, "tiny")
+    registry.register(tiny_checkpoint, "tiny", trust=TRUST)
     entry_file = Path(registry.path) / "tiny" / "v000001.json"
     doc = json.loads(entry_file.read_text())
     doc["size"] = "large"
@@ -179,7 +189,7 @@ class TestRegistryThatIsAFile:
         for call in (
             registry.models,
             registry.list,
-            lambda: registry.register(tiny_checkpoint, "m"),
+            lambda: registry.register(tiny_checkpoint, "m", trust=TRUST),
         ):
             with pytest.raises(
                 RegistryError,
@@ -198,4 +208,4 @@ class TestRegistryThatIsAFile:
             RegistryError,
             match=rf"cannot be a folder: {re.escape(str(tmp_path / 'blocked'))} is a file",
         ):
-            registry.register(tiny_checkpoint, "m")
+            registry.register(tiny_checkpoint, "m", trust=TRUST)

@@ -11,6 +11,7 @@ from evalsentry.cli import main
 from evalsentry.errors import InvalidName
 from evalsentry.history import History
 from evalsentry.names import check_week, week_start
+from tests.models import TRUSTED_YAML
 from tests.synthetic import accuracy_mask, record_week
 
 N = 200
@@ -33,7 +34,7 @@ REFUSED = [
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A project folder whose config points at its own store."""
-    (tmp_path / "evalsentry.yaml").write_text("store: store\nevalsets: evalsets\n")
+    (tmp_path / "evalsentry.yaml").write_text("store: store\nevalsets: evalsets\n" + TRUSTED_YAML)
     return tmp_path
 
 

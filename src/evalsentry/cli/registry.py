@@ -10,6 +10,7 @@ import typer
 
 from evalsentry.cli._app import (
     ConfigOption,
+    _config,
     _json_arg,
     _print_table,
     _registry,
@@ -34,10 +35,17 @@ def register(
     copy: Annotated[bool, typer.Option("--copy", help="Store a copy inside the registry.")] = False,
     config: ConfigOption = None,
 ) -> None:
-    """Register a checkpoint: pin its sha256 and size, record its lineage."""
-    entry = _registry(config).register(
+    """Register a checkpoint: pin its sha256, size and model factory, record its lineage.
+
+    The model is rebuilt now, as evaluation will: only by a factory in trusted_factories.
+    """
+    from evalsentry.registry import Registry
+
+    settings = _config(config)
+    entry = Registry(settings.registry_url).register(
         checkpoint,
         model,
+        trust=settings.trust,
         stage=stage,
         factory=factory,
         factory_kwargs=_json_arg(factory_kwargs, "--factory-kwargs"),
@@ -51,12 +59,13 @@ def registry_list(
     model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
     config: ConfigOption = None,
 ) -> None:
-    """List registered versions with their stage and lineage."""
+    """List registered versions with their stage, pinned factory and lineage."""
     entries = _registry(config).list(model)
     rows = [
         [
             e.ref,
             e.stage,
+            e.lineage["model"]["factory"],
             e.sha256[:12],
             str(e.lineage.get("git_sha", ""))[:10]
             + ("+dirty" if e.lineage.get("git_dirty") else ""),
@@ -67,7 +76,17 @@ def registry_list(
         ]
         for e in entries
     ]
-    columns = ["version", "stage", "sha256", "git", "data", "seed", "trained", "registered"]
+    columns = [
+        "version",
+        "stage",
+        "factory",
+        "sha256",
+        "git",
+        "data",
+        "seed",
+        "trained",
+        "registered",
+    ]
     _print_table("Registered checkpoints", columns, rows)
 
 
@@ -78,7 +97,10 @@ def registry_show(
     stage: Annotated[str | None, typer.Option(help="Newest version in this stage.")] = None,
     config: ConfigOption = None,
 ) -> None:
-    """Print one registry entry as JSON (default: the newest version)."""
+    """Print one registry entry as JSON (default: the newest version).
+
+    lineage.model is what evaluation runs: the factory and kwargs pinned at registration.
+    """
     registry = _registry(config)
     if version is not None:
         entry = registry.show(model, version)
