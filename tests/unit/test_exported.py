@@ -107,6 +107,13 @@ def _tamper(
     return target
 
 
+def _pickled_sample_inputs(archive: Path, tmp_path: Path, marker: Path) -> Path:
+    """A copy of ``archive`` whose sample inputs are a pickle that creates ``marker``."""
+    return _tamper(
+        archive, tmp_path / "hostile.pt2", {"data/sample_inputs/model.pt": _torch_pickle(marker)}
+    )
+
+
 class TestExportedProgram:
     def test_roundtrip_predicts_like_the_eager_model_at_any_batch_size(
         self, program: tuple[Path, nn.Module]
@@ -128,11 +135,7 @@ class TestLoadRunsArchiveCode:
     ) -> None:
         """The sample inputs are unpickled with weights_only=False when weights_only fails."""
         marker = tmp_path / "ran"
-        hostile = _tamper(
-            program[0],
-            tmp_path / "hostile.pt2",
-            {"data/sample_inputs/model.pt": _torch_pickle(marker)},
-        )
+        hostile = _pickled_sample_inputs(program[0], tmp_path, marker)
         with contextlib.suppress(Exception):  # what load does afterwards does not matter
             torch.export.load(hostile)
         assert marker.exists()
@@ -237,11 +240,7 @@ class TestEvalsentryRefusesPrograms:
         from evalsentry.trust import Trust
 
         marker = tmp_path / "ran"
-        hostile = _tamper(
-            program[0],
-            tmp_path / "hostile.pt2",
-            {"data/sample_inputs/model.pt": _torch_pickle(marker)},
-        )
+        hostile = _pickled_sample_inputs(program[0], tmp_path, marker)
         for path in (program[0], hostile):
             with pytest.raises(UnsafeCheckpoint, match=r"a torch\.export program \(\.pt2\)"):
                 check_archive(path, 1 << 30)
