@@ -20,6 +20,7 @@ from bench import (
     bench_metrics,
     bench_pipeline,
     bench_scale,
+    gate_power,
     gpu,
 )
 
@@ -40,6 +41,7 @@ def main() -> None:
     results.update(bench_metrics.run())
     results.update(bench_pipeline.run(seconds=2.0 if args.quick else 20.0))
     results.update(bench_gate.run(max_rows=100_000 if args.quick else 10_000_000))
+    results.update(gate_power.run(quick=args.quick))
     results.update(bench_scale.run(checkpoints=(1, 2) if args.quick else (1, 2, 4)))
     results.update(bench_fan_out.run(rounds=1 if args.quick else 3))
     results.update(gpu.run(quick=True))

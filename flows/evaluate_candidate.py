@@ -95,7 +95,7 @@ def evaluate_candidate(
             ).comparisons
     finally:
         meter.close()
-    report = GateReport(week, comparisons)
+    report = GateReport(week, comparisons, settings.gate.strict)
     write_comparisons(settings.store_url, [c.row(run_id, now_utc()) for c in comparisons])
     location = publish_report(
         settings.store_url,
@@ -106,7 +106,7 @@ def evaluate_candidate(
         key_prefix="evaluate-candidate",
     )
     logger.info("report: %s", location)
-    for comparison in report.warnings:
+    for comparison in report.warnings + (report.inconclusive if not report.strict else []):
         logger.warning(comparison.describe())
     if report.problems:
         events.candidate_failed(report, model)

@@ -86,8 +86,10 @@ def outcome_line(state: State) -> str:
     if state.is_completed() and not text:
         result = state.result(raise_on_failure=False)
         if isinstance(result, dict) and {"week", "verdict", "evaluations"} <= set(result):
+            unsure = len(result.get("inconclusive", []))
             text = (
                 f"{result['week']}: {result['verdict']}, {result['evaluations']} evaluation(s), "
-                f"{len(result.get('warnings', []))} warning(s); report {result.get('report')}"
+                + (f"{unsure} inconclusive, " if unsure else "")
+                + f"{len(result.get('warnings', []))} warning(s); report {result.get('report')}"
             )
     return f"flow run {state.name}: {text}" if text else f"flow run {state.name}"

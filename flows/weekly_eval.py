@@ -234,7 +234,9 @@ def weekly_eval(
 ) -> Any:
     """Evaluate the registered checkpoints on the frozen evalsets and gate the week.
 
-    Ends Failed, naming each regression or error, when the gate finds any; Completed otherwise.
+    Ends Failed, naming each regression or error, when the gate finds any; Completed otherwise
+    (an INCONCLUSIVE comparison is logged as a warning, and fails the run only with
+    ``gate.strict: true`` in the config).
     ``task_runner="dask"`` runs the evaluations on the Dask scheduler at ``dask_address`` (or a
     local cluster of two worker processes). ``fan_out=True`` starts one ``evaluate-one`` child
     flow run per (checkpoint, evalset) on the ``gpu`` work pool, so the workers polling it share
@@ -288,7 +290,9 @@ def weekly_eval(
     report = gate_week(settings.store_url, week, settings.gate, settings.evalsets_dir, models)
     # When every evalset was invalid, their ERROR rows say why nothing ran; the gate's
     # "nothing evaluated" would only repeat it.
-    report = GateReport(week, invalid + (report.comparisons if outcomes or not invalid else []))
+    report = GateReport(
+        week, invalid + (report.comparisons if outcomes or not invalid else []), report.strict
+    )
     created = now_utc()
     write_comparisons(
         settings.store_url, [c.row(run_id, created) for c in report.comparisons if c.evaluation_id]
@@ -307,10 +311,12 @@ def weekly_eval(
         config=settings,
     )
     logger.info("report: %s", location)
-    for comparison in report.warnings:
+    # INCONCLUSIVE is reported like a WARN (the run completes) unless gate.strict is set,
+    # which makes it a problem of the week like a FAIL.
+    for comparison in report.warnings + (report.inconclusive if not report.strict else []):
         logger.warning(comparison.describe())
 
-    bad = report.errors + report.failures
+    bad = report.problems
     for comparison in bad:
         events.regression(comparison, week)
     drifted = [d for d in drifts if d.verdict == "FAIL"] if settings.drift.fail_run else []
@@ -321,6 +327,7 @@ def weekly_eval(
         "week": week,
         "verdict": str(report.verdict),
         "warnings": [c.describe() for c in report.warnings],
+        "inconclusive": [c.describe() for c in report.inconclusive],
         "evaluations": len(outcomes),
         "drift": {d.feature + (f"@{d.model}" if d.model else ""): d.verdict for d in drifts},
         "report": location,

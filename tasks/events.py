@@ -39,7 +39,7 @@ def _run() -> tuple[str | None, str | None]:
 
 def _models(report: GateReport) -> list[dict[str, str]]:
     """The models named in the report's FAIL and ERROR rows, as related resources."""
-    names = sorted({c.model for c in report.errors + report.failures if c.model != "*"})
+    names = sorted({c.model for c in report.problems if c.model != "*"})
     return [{**_model(name), "prefect.resource.role": "model"} for name in names]
 
 

@@ -47,7 +47,7 @@ def publish_report(
     markdown = weekly_markdown(report, evaluations, metrics, validations, drifts)
     files = {".md": markdown.encode()}
     if config is not None:
-        files[".html"] = render_report(History(store_url), report.week, config).encode()
+        files[".html"] = render_report(History(store_url), report).encode()
     fs, root = filesystem(store_url)
     this_run, latest = file_stem(run_name), f"{key_prefix}-{report.week}"
     for suffix, data in files.items():

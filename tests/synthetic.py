@@ -129,3 +129,57 @@ def accuracy_mask(n: int, accuracy: float, seed: int = 0) -> np.ndarray:
     correct = np.zeros(n, bool)
     correct[np.random.default_rng(seed).permutation(n)[: round(n * accuracy)]] = True
     return correct
+
+
+SIMULATED_CLASSES = 10
+
+
+def _outputs(
+    target: np.ndarray,
+    correct: np.ndarray,
+    wrong_class: np.ndarray,
+    logit: np.ndarray,
+    rank: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """One model's columns: the top class, its confidence, the loss, the target's rank."""
+    confidence = 1 / (1 + np.exp(-np.where(correct, 2.6 + logit, 0.3 + logit)))
+    target_probability = np.where(correct, confidence, (1 - confidence) * 0.6)
+    return {
+        "target": target,
+        "prediction": np.where(correct, target, wrong_class),
+        "loss": -np.log(target_probability),
+        "confidence": confidence,
+        "target_rank": np.where(correct, 0, rank),
+    }
+
+
+def simulated_pair(
+    rng: np.random.Generator,
+    n: int,
+    churn: float,
+    drop: float,
+    accuracy: float = 0.9,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Reference and current outputs of two checkpoints on the same ``n`` examples.
+
+    The model of a retrain: each example is newly wrong with probability ``churn / 2 + drop``,
+    newly right with ``churn / 2`` (so ``churn`` is the share of examples the two disagree on
+    without a drop, and the expected accuracy drop is exactly ``drop``), else both right or both
+    wrong. Confidences share a per-example latent and, when ``churn > 0``, carry independent
+    noise per model: with ``drop = 0`` the two are exchangeable, the null hypothesis. With
+    ``churn = 0`` and no drop the two are identical (the same checkpoint).
+    """
+    cells = [accuracy - churn / 2 - drop, churn / 2 + drop, churn / 2, 1 - accuracy - churn / 2]
+    kind = rng.choice(4, size=n, p=cells)
+    ref_ok, cur_ok = kind <= 1, (kind == 0) | (kind == 2)
+    classes = SIMULATED_CLASSES
+    target = rng.integers(0, classes, n)
+    wrong_class = (target + rng.integers(1, classes, n)) % classes
+    latent = rng.normal(0, 0.7, n)
+    jitter = 0.3 if churn > 0 else 0.0
+    ranks = 1 + np.minimum(rng.geometric(0.5, (2, n)) - 1, classes - 2)
+    ref_rank = ranks[0]
+    cur_rank = np.where(ref_ok == cur_ok, ref_rank, ranks[1])
+    ref = _outputs(target, ref_ok, wrong_class, latent + rng.normal(0, jitter, n), ref_rank)
+    cur = _outputs(target, cur_ok, wrong_class, latent + rng.normal(0, jitter, n), cur_rank)
+    return ref, cur

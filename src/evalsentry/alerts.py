@@ -121,7 +121,8 @@ def summary(
     """The payload of the one alert for a failed run (a week, or a candidate).
 
     Args:
-        report: the gate's report; its gating FAIL, ERROR and WARN comparisons are counted.
+        report: the gate's report; its gating FAIL, ERROR, INCONCLUSIVE and WARN comparisons
+            are counted, its problems (FAIL, ERROR; INCONCLUSIVE when strict) listed.
         drifted: drift checks that failed the run (counted, and listed up to ``limit``).
         title: the first line of ``text``; ``"<week> failed"`` unless given.
         run_name: the flow run's name, shown and returned when known.
@@ -131,23 +132,25 @@ def summary(
     Returns:
         A dict of plain JSON types (no NaN, no numpy scalars): ``week``, ``gate`` (the
         worst gating verdict: PASS when only drift failed the run),
-        ``counts`` (FAIL, ERROR, WARN, DRIFT), ``models``, ``worst``, ``more``, ``drift``,
+        ``counts`` (FAIL, ERROR, INCONCLUSIVE, WARN, DRIFT), ``models``, ``worst``, ``more``, ``drift``,
         ``run`` and ``text``.
     """
-    bad = sorted(report.errors + report.failures, key=_worst_first)
+    bad = sorted(report.problems, key=_worst_first)
     shown = bad[:limit]
     rows = [comparison_row(c) for c in shown]
     drift_rows = [drift_row(d) for d in drifted[:limit]]
     counts = {
         str(Verdict.FAIL): len(report.failures),
         str(Verdict.ERROR): len(report.errors),
+        str(Verdict.INCONCLUSIVE): len(report.inconclusive),
         str(Verdict.WARN): len(report.warnings),
         "DRIFT": len(drifted),
     }
     heading = title or f"{report.week} failed"
     lines = [
         f"evalsentry: {heading}: {counts['FAIL']} regression(s), {counts['ERROR']} error(s), "
-        f"{counts['WARN']} warning(s), {counts['DRIFT']} drift failure(s)"
+        + (f"{counts['INCONCLUSIVE']} inconclusive, " if counts["INCONCLUSIVE"] else "")
+        + f"{counts['WARN']} warning(s), {counts['DRIFT']} drift failure(s)"
     ]
     lines += [_line(row, c) for row, c in zip(rows, shown, strict=True)]
     if len(bad) > limit:

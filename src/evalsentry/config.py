@@ -35,6 +35,7 @@ DEFAULT_METRIC_TOLERANCES: dict[str, float | str] = {
     "macro_f1": 0.01,
     "nll": "10%",
     "ece": 0.02,
+    "r2": 0.01,  # absolute: a relative tolerance of an r2 near 0 allows nothing
 }
 #: Seconds one evaluation (building the model and running it over the evalset) may take before
 #: its process is killed and the pair recorded as an error: generous, a backstop against hangs.
@@ -96,7 +97,30 @@ class GatePolicy(BaseModel):
         description="per-metric tolerances; metrics not listed use `default`",
     )
     slices: Literal["gate", "report"] = "report"
-    bootstrap_resamples: int = Field(2000, ge=100)
+    bootstrap_resamples: int = Field(
+        2000,
+        ge=100,
+        description="random paired swaps (sign flips) behind the tests of non-count metrics "
+        "and the family correction",
+    )
+    primary: str = Field(
+        "accuracy",
+        description="the metric tested at (nearly) full alpha; the first metric when absent",
+    )
+    secondary_share: float = Field(
+        0.2,
+        ge=0,
+        lt=1,
+        description="share of alpha the other gating tests spend on their own before the "
+        "primary fails; 0 tests them only after it",
+    )
+    strict: bool = Field(False, description="INCONCLUSIVE fails like FAIL: exit 1, run Failed")
+    regression_delta: float | None = Field(
+        None,
+        ge=0,
+        description="regression: change of an example's absolute error counted as worse or "
+        "better; default 5% of the targets' standard deviation",
+    )
 
     def tolerance(self, metric: str) -> Tolerance:
         """The tolerance for ``metric``: its own entry, else the default."""

@@ -2,14 +2,10 @@
 
 For each (model, evalset, metric, slice) the current result is compared with the previous week
 of the same model line and with the baseline (the first recorded week, unless one is pinned),
-on the same example ids: exact McNemar for accuracy-type metrics, paired bootstrap otherwise,
-Holm-corrected across the metrics and slices of one comparison.
-
-- FAIL: the drop exceeds the tolerance and is significant.
-- WARN: the drop exceeds the tolerance but is not significant; or it is significant but within
-  tolerance; or the same checkpoint on the same data gave different predictions.
-- ERROR: not comparable (evalset changed, metric or predictions missing, evaluation failed).
-- PASS otherwise; BASELINE for the first week of a model line.
+on the same example ids. :func:`compare` reads the aligned pairs from the history
+(:func:`read_pairs`), measures them (:func:`evalsentry.comparison.measure`: exact McNemar for
+count metrics, paired sign flips for the others) and decides with the family correction
+(:func:`evalsentry.comparison.decide`). The verdicts are described in :mod:`evalsentry.verdicts`.
 """
 
 from __future__ import annotations
@@ -17,23 +13,46 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
-from enum import StrEnum
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from evalsentry.config import GatePolicy
-from evalsentry.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, did_you_mean
+from evalsentry.errors import ConfigError, did_you_mean
 from evalsentry.history import History, latest_week
+from evalsentry.verdicts import (
+    BRIEF_REASON_CHARS,
+    OVERALL,
+    SEVERITY,
+    Comparison,
+    GateReport,
+    Verdict,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from evalsentry.comparison import Family, Unit
+
+__all__ = [
+    "BRIEF_REASON_CHARS",
+    "OVERALL",
+    "SEVERITY",
+    "Comparison",
+    "GateReport",
+    "Verdict",
+    "align",
+    "compare",
+    "gate_candidate",
+    "gate_week",
+    "metric_names",
+    "nothing_evaluated",
+    "read_pairs",
+]
+
 log = logging.getLogger(__name__)
 
-OVERALL = ""
-BRIEF_REASON_CHARS = 60  # an ERROR's reason in a headline: enough for the cause, not its path
 ENVIRONMENT_FIELDS = (
     "device",
     "device_name",
@@ -43,210 +62,6 @@ ENVIRONMENT_FIELDS = (
     "driver_version",
     "precision",
 )
-
-
-class Verdict(StrEnum):
-    """Outcome of one comparison."""
-
-    PASS = "PASS"  # noqa: S105 - a verdict, not a password
-    BASELINE = "BASELINE"
-    WARN = "WARN"
-    FAIL = "FAIL"
-    ERROR = "ERROR"
-
-
-SEVERITY = {
-    Verdict.PASS: 0,
-    Verdict.BASELINE: 0,
-    Verdict.WARN: 1,
-    Verdict.FAIL: 2,
-    Verdict.ERROR: 3,
-}
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """One metric (or slice) of one evaluation against one reference."""
-
-    evaluation_id: str
-    week: str
-    model: str
-    version: int | None
-    evalset: str
-    reference: str  # previous-week | baseline | production | none
-    metric: str
-    verdict: Verdict
-    reason: str
-    slice: str = OVERALL
-    gating: bool = True
-    reference_evaluation_id: str | None = None
-    reference_week: str | None = None
-    reference_version: int | None = None
-    reference_value: float | None = None
-    value: float | None = None
-    delta: float | None = None
-    drop: float | None = None
-    tolerance: float | None = None
-    p_value: float | None = None
-    p_adjusted: float | None = None
-    method: str | None = None
-    newly_wrong: int | None = None
-    newly_right: int | None = None
-    n: int | None = None
-
-    def row(self, run_id: str, created_at: Any) -> dict[str, Any]:
-        """The history row of this comparison."""
-        return {
-            **asdict(self),
-            "verdict": str(self.verdict),
-            "run_id": run_id,
-            "created_at": created_at,
-        }
-
-    @property
-    def label(self) -> str:
-        """``model/evalset metric[slice] vs reference``, for messages."""
-        who = self.who(with_evalset=True)
-        if self.metric == "*" and self.reference == "none":  # a verdict on the whole evaluation
-            return who
-        part = f"{self.metric}[{self.slice}]" if self.slice else self.metric
-        return f"{who}: {part} vs {self.reference}"
-
-    def who(self, *, with_evalset: bool) -> str:
-        """Which checkpoint: ``m@v3``, ``m (candidate file)``, and ``on <evalset>`` if asked.
-
-        Model ``*`` means no checkpoint ran: ``every checkpoint on <evalset>`` (an evalset
-        problem), or ``nothing evaluated`` when the evalset is ``*`` too.
-        """
-        if self.model == "*":
-            return (
-                "nothing evaluated"
-                if self.evalset == "*"
-                else f"every checkpoint on {self.evalset}"
-            )
-        who = (
-            f"{self.model}@v{self.version}"
-            if self.version is not None
-            else f"{self.model} (candidate file)"
-        )
-        return who + (f" on {self.evalset}" if with_evalset else "")
-
-    @property
-    def change(self) -> str:
-        """The signed change from the reference: percentage points for an accuracy-type metric.
-
-        An accuracy-type metric (a proportion of examples, tested by McNemar) changes by
-        ``-6.8 pts``; any other by the signed change of its value to 3 significant digits.
-        Empty when nothing was measured.
-        """
-        if self.delta is None:
-            return ""
-        if self.method == "mcnemar-exact":
-            return f"{self.delta * 100:+.1f} pts"
-        return f"{self.delta:+.3g}"
-
-    def brief(self, *, with_evalset: bool = False) -> str:
-        """A few words: verdict, who, metric, change (``FAIL m@v3 accuracy -6.8 pts (p=6e-11)``).
-
-        The reference is named unless it is the previous week; an ERROR adds its reason in
-        parentheses, cut to ``BRIEF_REASON_CHARS``.
-        """
-        words = [str(self.verdict), self.who(with_evalset=with_evalset)]
-        if self.metric != "*":
-            words.append(f"{self.metric}[{self.slice}]" if self.slice else self.metric)
-        if self.change:
-            words.append(self.change)
-            if self.reference not in ("previous-week", "none"):
-                words.append(f"vs {self.reference}")
-            if self.p_adjusted is not None:
-                words.append(f"(p={self.p_adjusted:.1g})")
-        text = " ".join(words)
-        if self.verdict == Verdict.ERROR and self.reason:
-            reason = self.reason
-            if len(reason) > BRIEF_REASON_CHARS:
-                reason = reason[: BRIEF_REASON_CHARS - 1].rstrip() + "…"
-            text += f" ({reason})"
-        return text
-
-    def describe(self) -> str:
-        """One line with the numbers behind the verdict."""
-        text = f"{self.verdict} {self.label}"
-        if self.value is not None and self.reference_value is not None:
-            text += f": {self.reference_value:.4f} -> {self.value:.4f} (drop {self.drop:+.4f}, tolerance {self.tolerance:.4f}"
-            if self.p_adjusted is not None:
-                text += f", p={self.p_adjusted:.2g} {self.method}"
-            if self.newly_wrong is not None:
-                text += f", flips -{self.newly_wrong}/+{self.newly_right}"
-            text += ")"
-        return text + (f"; {self.reason}" if self.reason else "")
-
-
-@dataclass(frozen=True)
-class GateReport:
-    """Every comparison the gate made, and what they add up to."""
-
-    week: str
-    comparisons: list[Comparison]
-
-    def _with(self, verdict: Verdict) -> list[Comparison]:
-        return [c for c in self.comparisons if c.gating and c.verdict == verdict]
-
-    @property
-    def failures(self) -> list[Comparison]:
-        """Gating comparisons that FAILed."""
-        return self._with(Verdict.FAIL)
-
-    @property
-    def errors(self) -> list[Comparison]:
-        """Gating comparisons that were not comparable."""
-        return self._with(Verdict.ERROR)
-
-    @property
-    def warnings(self) -> list[Comparison]:
-        """Gating comparisons that WARNed."""
-        return self._with(Verdict.WARN)
-
-    @property
-    def verdict(self) -> Verdict:
-        """The worst gating verdict (PASS when there is nothing to compare)."""
-        gating = [c.verdict for c in self.comparisons if c.gating]
-        return max(gating, key=SEVERITY.__getitem__, default=Verdict.PASS)
-
-    @property
-    def exit_code(self) -> int:
-        """0 pass or warn, 1 a FAIL, 2 an ERROR (fail closed)."""
-        if self.errors:
-            return EXIT_USAGE
-        return EXIT_CHECK_FAILED if self.failures else EXIT_OK
-
-    @property
-    def problems(self) -> list[Comparison]:
-        """Gating ERRORs and FAILs, worst first: overall before slices, then in gate order."""
-        return sorted(
-            self.errors + self.failures,
-            key=lambda c: (-SEVERITY[c.verdict], c.slice != OVERALL),
-        )
-
-    def headline(self) -> str:
-        """One line that leads with the worst problem and counts the rest.
-
-        ``2026-W49: FAIL digits@v3 accuracy -6.8 pts (p=6e-11) and 3 more``; without a FAIL
-        or an ERROR, the verdict and the number of warnings.
-        """
-        problems = self.problems
-        if not problems:
-            return f"{self.week}: {self.verdict}, {len(self.warnings)} warning(s)"
-        several = len({c.evalset for c in self.comparisons}) > 1
-        text = f"{self.week}: {problems[0].brief(with_evalset=several)}"
-        return text + (f" and {len(problems) - 1} more" if len(problems) > 1 else "")
-
-    def message(self, sep: str = "\n") -> str:
-        """The headline, then one line per FAIL and ERROR (model, evalset, metric, drop, p, flips).
-
-        Args:
-            sep: What joins the lines; ``" | "`` gives one line, for a log or a state message.
-        """
-        return sep.join([self.headline()] + [c.describe() for c in self.problems])
 
 
 def metric_names(
@@ -282,12 +97,18 @@ def align(
     return {name: values[aligned] for name, values in reference.items()}
 
 
-def _slices(columns: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
-    out = []
+def _units(columns: dict[str, np.ndarray], policy: GatePolicy) -> list[Unit]:
+    """Overall, then every value of every slice column; slices gate only when the policy says."""
+    from evalsentry.comparison import Unit
+
+    family: Family = "gate" if policy.slices == "gate" else "report"
+    units = [Unit(OVERALL, None, "gate")]
     for name in sorted(c for c in columns if c.startswith("slice:")):
         values = columns[name].astype(str)
-        out += [(f"{name[6:]}={v}", values == v) for v in sorted(set(values.tolist()))]
-    return out
+        units += [
+            Unit(f"{name[6:]}={v}", values == v, family) for v in sorted(set(values.tolist()))
+        ]
+    return units
 
 
 def _verdict(
@@ -316,6 +137,35 @@ def _int(value: Any) -> int | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
 
 
+@dataclass(frozen=True)
+class Pairs:
+    """Two evaluations' per-example columns aligned on example id, and their stored metrics."""
+
+    reference: dict[str, np.ndarray]
+    current: dict[str, np.ndarray]
+    stored: dict[tuple[str, str, str], float]  # (evaluation id, metric, slice) -> value
+
+
+def read_pairs(history: History, current: pd.Series, reference: pd.Series) -> Pairs | str:
+    """The aligned per-example columns of ``current`` and ``reference``, or why there are none.
+
+    Returns the reason (``not comparable: ...``) when the evalset changed, predictions are
+    missing or the two hold different examples: paired tests need pairs.
+    """
+    if reference["evalset_sha256"] != current["evalset_sha256"]:
+        return "not comparable: the evalset changed (sha256 differs)"
+    cur_cols = history.predictions(current["evaluation_id"])
+    ref_cols = history.predictions(reference["evaluation_id"])
+    if cur_cols is None or ref_cols is None:
+        return "not comparable: predictions missing"
+    aligned = align(ref_cols, cur_cols)
+    if aligned is None:
+        return "not comparable: different example ids"
+    stored = history.metrics([current["evaluation_id"], reference["evaluation_id"]])
+    values = {(r.evaluation_id, r.metric, r.slice): r.value for r in stored.itertuples()}
+    return Pairs(aligned, cur_cols, values)
+
+
 def compare(
     history: History,
     current: pd.Series,
@@ -327,9 +177,13 @@ def compare(
     *,
     gating: bool = True,
 ) -> list[Comparison]:
-    """Compare one evaluation with one reference evaluation, metric by metric, slice by slice."""
-    from evalsentry.metrics import get_metric
-    from evalsentry.stats import holm, minimum_detectable_drop, paired_drop_pvalue
+    """Compare one evaluation with one reference evaluation, metric by metric, slice by slice.
+
+    Reads the aligned pairs, measures every metric both sides recorded on every unit (overall
+    and each slice) and decides with the family correction; a metric recorded on one side only
+    is an ERROR, as is a comparison without pairs.
+    """
+    from evalsentry.comparison import decide, measure
 
     ref_fields = {
         "reference_evaluation_id": reference["evaluation_id"],
@@ -337,68 +191,45 @@ def compare(
         "reference_version": _int(reference.get("version")),
         "gating": gating,
     }
-    if reference["evalset_sha256"] != current["evalset_sha256"]:
-        return [
-            _error(
-                current,
-                reference_kind,
-                "not comparable: the evalset changed (sha256 differs)",
-                **ref_fields,
-            )
-        ]
-    cur_cols, ref_cols = (
-        history.predictions(current["evaluation_id"]),
-        history.predictions(reference["evaluation_id"]),
-    )
-    if cur_cols is None or ref_cols is None:
-        return [
-            _error(current, reference_kind, "not comparable: predictions missing", **ref_fields)
-        ]
-    aligned = align(ref_cols, cur_cols)
-    if aligned is None:
-        return [
-            _error(current, reference_kind, "not comparable: different example ids", **ref_fields)
-        ]
-    ref_cols = aligned
-    stored = history.metrics([current["evaluation_id"], reference["evaluation_id"]])
-    values = {(r.evaluation_id, r.metric, r.slice): r.value for r in stored.itertuples()}
+    pairs = read_pairs(history, current, reference)
+    if isinstance(pairs, str):
+        return [_error(current, reference_kind, pairs, **ref_fields)]
     # Without the evalset's spec, judge every metric either side recorded: one missing is an ERROR.
-    names = list(names) or sorted(set(stored["metric"]))
+    metrics = list(names) or sorted({metric for _, metric, _ in pairs.stored})
+    units = _units(pairs.current, policy)
+    ids = (reference["evaluation_id"], current["evaluation_id"])
 
-    tested: list[Comparison] = []
-    units = [(OVERALL, None), *_slices(cur_cols)]
-    for name in names:
-        metric = get_metric(name)
-        for slice_name, mask in units:
-            ref_value = values.get((reference["evaluation_id"], name, slice_name))
-            cur_value = values.get((current["evaluation_id"], name, slice_name))
-            is_gating = gating and (slice_name == OVERALL or policy.slices == "gate")
-            if ref_value is None or cur_value is None:
-                tested.append(
+    def recorded(metric: str, unit: str) -> bool:
+        return all((i, metric, unit) in pairs.stored for i in ids)
+
+    measurable = [m for m in metrics if recorded(m, OVERALL)]
+    measured = (
+        measure(pairs.reference, pairs.current, measurable, units, policy, num_classes)
+        if measurable
+        else []
+    )
+    kept = [m for m in measured if recorded(m.metric, m.slice)]
+    decided = dict(zip(map(id, kept), decide(kept, policy), strict=True))
+    by_key = {(m.metric, m.slice): m for m in kept}
+    out = []
+    for metric in metrics:
+        for unit in units:
+            is_gating = gating and unit.family == "gate"
+            m = by_key.get((metric, unit.name))
+            if m is None:
+                out.append(
                     _error(
                         current,
                         reference_kind,
                         "not comparable: metric missing",
-                        metric=name,
-                        slice=slice_name,
+                        metric=metric,
+                        slice=unit.name,
                         **{**ref_fields, "gating": is_gating},
                     )
                 )
                 continue
-            pick = (
-                (lambda cols: cols)
-                if mask is None
-                else (lambda cols, m=mask: {k: v[m] for k, v in cols.items()})
-            )
-            result = paired_drop_pvalue(
-                metric,
-                pick(ref_cols),
-                pick(cur_cols),
-                num_classes=num_classes,
-                n_resamples=policy.bootstrap_resamples,
-            )
-            drop = (ref_value - cur_value) if metric.higher_is_better else (cur_value - ref_value)
-            tested.append(
+            decision = decided[id(m)]
+            out.append(
                 Comparison(
                     evaluation_id=current["evaluation_id"],
                     week=current["week"],
@@ -406,48 +237,28 @@ def compare(
                     version=_int(current.get("version")),
                     evalset=current["evalset"],
                     reference=reference_kind,
-                    metric=name,
-                    slice=slice_name,
-                    verdict=Verdict.PASS,
-                    reason="",
+                    metric=metric,
+                    slice=unit.name,
+                    verdict=decision.verdict,
+                    reason=decision.reason,
                     **{**ref_fields, "gating": is_gating},
-                    reference_value=float(ref_value),
-                    value=float(cur_value),
-                    delta=float(cur_value - ref_value),
-                    drop=float(drop),
-                    tolerance=policy.tolerance(name).allowed_drop(float(ref_value)),
-                    p_value=result.p_value,
-                    method=result.method,
-                    newly_wrong=result.newly_wrong,
-                    newly_right=result.newly_right,
-                    n=result.n,
+                    reference_value=m.reference_value,
+                    value=m.value,
+                    delta=m.value - m.reference_value,
+                    drop=m.drop,
+                    tolerance=m.tolerance,
+                    p_value=m.p_value,
+                    p_adjusted=decision.p_adjusted,
+                    method=m.method,
+                    newly_wrong=m.newly_wrong,
+                    newly_right=m.newly_right,
+                    n=m.n,
+                    drop_bound=m.bound if math.isfinite(m.bound) else None,
+                    detectable_drop=decision.detectable,
+                    flip_delta=m.flip_delta,
                 )
             )
-    measured = [c for c in tested if c.p_value is not None]
-    adjusted = holm([c.p_value for c in measured])  # type: ignore[misc]
-    decided = {
-        id(c): _decide(replace(c, p_adjusted=p), policy, minimum_detectable_drop)
-        for c, p in zip(measured, adjusted, strict=True)
-    }
-    out = [decided.get(id(c), c) for c in tested]
-    return _flag_nondeterminism(out, current, reference, cur_cols, ref_cols)
-
-
-def _decide(c: Comparison, policy: GatePolicy, mdd: Any) -> Comparison:
-    assert c.drop is not None and c.tolerance is not None and c.p_adjusted is not None  # noqa: S101 - set by compare
-    beyond = c.drop > c.tolerance
-    significant = c.drop > 0 and c.p_adjusted < policy.alpha
-    if beyond and significant:
-        return replace(c, verdict=Verdict.FAIL, reason="drop beyond tolerance and significant")
-    if beyond:
-        reason = "drop beyond tolerance but not significant"
-        if c.method == "mcnemar-exact" and c.n and c.reference_value is not None:
-            floor = mdd(c.n, c.reference_value, policy.alpha)
-            reason += f" (this evalset detects drops of about {floor:.3f} or more)"
-        return replace(c, verdict=Verdict.WARN, reason=reason)
-    if significant:
-        return replace(c, verdict=Verdict.WARN, reason="significant drop within tolerance")
-    return c
+    return _flag_nondeterminism(out, current, reference, pairs.current, pairs.reference)
 
 
 def _flag_nondeterminism(
@@ -521,7 +332,9 @@ def gate_week(
     comparisons: list[Comparison] = []
     this_week = frame[frame["week"] == week]
     if this_week.empty:  # nothing evaluated is never a pass
-        return GateReport(week, [nothing_evaluated(history, week, model or models, evalset)])
+        return GateReport(
+            week, [nothing_evaluated(history, week, model or models, evalset)], policy.strict
+        )
     for _, row in this_week[this_week["status"] != "ok"].iterrows():
         comparisons.append(_error(row, "none", f"evaluation failed: {row['error']}"))
     ok = frame[frame["status"] == "ok"]
@@ -555,7 +368,7 @@ def gate_week(
             comparisons += compare(
                 history, candidate, current, "production", policy, names, num_classes, gating=False
             )
-    return GateReport(week, comparisons)
+    return GateReport(week, comparisons, policy.strict)
 
 
 def nothing_evaluated(
@@ -637,11 +450,11 @@ def gate_candidate(
     production = frame[(frame["status"] == "ok") & (frame["stage"] == "production")]
     if production.empty:
         marker = replace(_baseline_marker(candidate), reason="no production result to compare with")
-        return GateReport(candidate["week"], [marker])
+        return GateReport(candidate["week"], [marker], policy.strict)
     names, num_classes = _spec_for(candidate, evalsets_dir)
     reference = production.iloc[-1]
     comparisons = compare(history, candidate, reference, "production", policy, names, num_classes)
     baseline = _baseline_row(history, production, str(candidate["model"]))
     if baseline is not None and baseline["evaluation_id"] != reference["evaluation_id"]:
         comparisons += compare(history, candidate, baseline, "baseline", policy, names, num_classes)
-    return GateReport(candidate["week"], comparisons)
+    return GateReport(candidate["week"], comparisons, policy.strict)

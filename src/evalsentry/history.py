@@ -159,6 +159,10 @@ COMPARISONS_SCHEMA = pa.schema(
         ("n", pa.int64()),
         ("verdict", pa.string()),
         ("reason", pa.string()),
+        # Added with INCONCLUSIVE; files written before read them as null.
+        ("drop_bound", pa.float64()),
+        ("detectable_drop", pa.float64()),
+        ("flip_delta", pa.float64()),
     ]
 )
 DRIFT = "drift"

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evalsentry.config import Config
-from evalsentry.gate import GateReport, Verdict, align, gate_week
+from evalsentry.gate import GateReport, Verdict, align
 from evalsentry.history import History
+from evalsentry.report import counts_line
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,6 +25,7 @@ VERDICT_COLOUR = {
     "PASS": "#2e7d32",
     "BASELINE": "#1565c0",
     "WARN": "#ef6c00",
+    "INCONCLUSIVE": "#546e7a",
     "FAIL": "#c62828",
     "ERROR": "#6a1b9a",
 }
@@ -144,8 +145,8 @@ def _flips(history: History, current: pd.Series, previous: pd.Series | None) -> 
         history.predictions(previous["evaluation_id"]),
     )
     aligned = align(ref, cur) if cur is not None and ref is not None else None
-    if aligned is None or cur is None:
-        return []
+    if aligned is None or cur is None or np.issubdtype(cur["prediction"].dtype, np.floating):
+        return []  # not comparable, or a regression task: no right or wrong to flip
     ref_ok = aligned["prediction"] == aligned["target"]
     cur_ok = cur["prediction"] == cur["target"]
     wrong = cur["example_id"][ref_ok & ~cur_ok]
@@ -196,7 +197,7 @@ def _line_section(history: History, report: GateReport, line: pd.DataFrame, week
         parts.append("<h3>Slices</h3>")
         parts.append(
             _table(
-                ["metric", "slice", "reference", "was", "now", "delta", "p (Holm)", "verdict"],
+                ["metric", "slice", "reference", "was", "now", "delta", "p (family)", "verdict"],
                 [
                     [
                         c.metric,
@@ -227,9 +228,13 @@ def _num(value: float | None, spec: str = ".4f") -> str:
     )
 
 
-def render_report(history: History, week: str, config: Config) -> str:
-    """The HTML report of ``week``, from the history alone."""
-    report = gate_week(history, week, config.gate, evalsets_dir=config.evalsets_dir)
+def render_report(history: History, report: GateReport) -> str:
+    """The HTML report of ``report``'s week: its verdicts, with trends and the rest from the history.
+
+    It renders the gate report it is given (the one the weekly flow computed and published in
+    Markdown too), so the two reports never disagree; it runs no gate of its own.
+    """
+    week = report.week
     evaluations = history.evaluations(kind="scheduled")
     this_week = evaluations[evaluations["week"] == week]
     production = evaluations[
@@ -243,7 +248,8 @@ def render_report(history: History, week: str, config: Config) -> str:
     gating = [
         c
         for c in report.comparisons
-        if c.gating and c.verdict in (Verdict.FAIL, Verdict.ERROR, Verdict.WARN)
+        if c.gating
+        and c.verdict in (Verdict.FAIL, Verdict.ERROR, Verdict.INCONCLUSIVE, Verdict.WARN)
     ]
     drift = history.drift([week])
     validation_rows = []
@@ -265,7 +271,7 @@ def render_report(history: History, week: str, config: Config) -> str:
     currency = this_week["currency"].dropna().iloc[0] if this_week["currency"].notna().any() else ""
     body = [
         f'<h1>evalsentry {_esc(week)}: <span class="verdict" style="color:{VERDICT_COLOUR[verdict]}">{verdict}</span></h1>',
-        f"<p>{len(report.failures)} regression(s), {len(report.errors)} error(s), {len(report.warnings)} warning(s).</p>",
+        f"<p>{_esc(counts_line(report))}.</p>",
     ]
     if gating:
         body.append(_table(["verdict", "what"], [[c.verdict, c.describe()] for c in gating]))

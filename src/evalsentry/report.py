@@ -16,6 +16,7 @@ VERDICT_MARK = {
     Verdict.PASS: "✅ PASS",
     Verdict.BASELINE: "📌 BASELINE",
     Verdict.WARN: "⚠️ WARN",
+    Verdict.INCONCLUSIVE: "❔ INCONCLUSIVE",
     Verdict.FAIL: "❌ FAIL",
     Verdict.ERROR: "⛔ ERROR",
 }
@@ -29,7 +30,6 @@ REPORT_ONLY = " (report only)"  # appended to the verdict of a row that does not
 
 
 def _cells(c: Comparison) -> list[str]:
-    flips = "" if c.newly_wrong is None else f"-{c.newly_wrong} / +{c.newly_right}"
     return [
         VERDICT_MARK[c.verdict] + ("" if c.gating else REPORT_ONLY),
         f"{c.model}@v{c.version}" if c.version is not None else c.model,
@@ -41,7 +41,7 @@ def _cells(c: Comparison) -> list[str]:
         _fmt(c.drop, "+.4f"),
         _fmt(c.tolerance),
         _fmt(c.p_adjusted, ".2g"),
-        flips,
+        c.flips,
         c.reason,
     ]
 
@@ -56,7 +56,7 @@ HEADERS = [
     "now",
     "drop",
     "tolerance",
-    "p (Holm)",
+    "p (family)",
     "flips",
     "why",
 ]
@@ -70,17 +70,34 @@ def comparison_rows(comparisons: Sequence[Comparison]) -> list[list[str]]:
     return [_cells(c) for c in ordered]
 
 
+INCONCLUSIVE_NOTE = (
+    "INCONCLUSIVE: the evalset showed neither a regression nor a drop within tolerance "
+    "(the row says what drop it can detect); it {effect}."
+)
+
+
+def counts_line(report: GateReport) -> str:
+    """``1 regression(s), 0 error(s), 2 inconclusive, 1 warning(s)``: the gating verdicts."""
+    unsure = f"{len(report.inconclusive)} inconclusive, " if report.inconclusive else ""
+    return (
+        f"{len(report.failures)} regression(s), {len(report.errors)} error(s), "
+        f"{unsure}{len(report.warnings)} warning(s)"
+    )
+
+
 def gate_markdown(report: GateReport, *, include_slices: bool = True) -> str:
     """A Markdown summary fit for a CI step summary or a Prefect artifact."""
     shown = [c for c in report.comparisons if include_slices or not c.slice]
     report_only = sum(not c.gating for c in shown)
     headline = (
-        f"{len(report.failures)} regression(s), {len(report.errors)} error(s), "
-        f"{len(report.warnings)} warning(s) "
-        f"over {sum(c.gating for c in report.comparisons)} gating comparison(s)."
+        f"{counts_line(report)} over {sum(c.gating for c in report.comparisons)} gating "
+        "comparison(s)."
     )
     if report_only:
         headline += f" The {report_only} row(s) marked report only do not gate."
+    if any(c.verdict == Verdict.INCONCLUSIVE for c in shown):
+        effect = "fails the gate (strict)" if report.strict else "does not fail it (only --strict)"
+        headline += " " + INCONCLUSIVE_NOTE.format(effect=effect)
     lines = [
         f"## evalsentry gate: {report.week} — {VERDICT_MARK[report.verdict]}",
         "",
@@ -100,9 +117,11 @@ def gate_markdown(report: GateReport, *, include_slices: bool = True) -> str:
 def gate_junit(report: GateReport) -> str:
     """JUnit XML: one testcase per comparison; FAIL is a failure, ERROR an error.
 
-    A report-only comparison that did not pass is a ``<skipped>`` testcase: shown, never
-    failing the build. Every count in the suite headers is counted from the elements written.
-    No ``time`` is given: the gate reads recorded results, it times nothing.
+    An INCONCLUSIVE comparison is a ``<skipped>`` testcase ("inconclusive: ..."), shown but not
+    failing the build, unless the report is strict: then it is a failure of type
+    ``inconclusive``. A report-only comparison that did not pass is skipped too. Every count in
+    the suite headers is counted from the elements written. No ``time`` is given: the gate reads
+    recorded results, it times nothing.
     """
     root = ET.Element("testsuites", name="evalsentry")
     suite = ET.SubElement(root, "testsuite", name="evalsentry-gate")
@@ -114,8 +133,17 @@ def gate_junit(report: GateReport) -> str:
             name=f"{c.metric}{f'[{c.slice}]' if c.slice else ''} vs {c.reference} ({report.week})",
         )
         text = c.describe()
-        if not c.gating and c.verdict in (Verdict.FAIL, Verdict.WARN, Verdict.ERROR):
+        if not c.gating and c.verdict in (
+            Verdict.FAIL,
+            Verdict.WARN,
+            Verdict.ERROR,
+            Verdict.INCONCLUSIVE,
+        ):
             ET.SubElement(case, "skipped", message=f"report only: {text}")
+        elif c.verdict == Verdict.INCONCLUSIVE and report.strict:
+            ET.SubElement(case, "failure", message=text, type="inconclusive").text = text
+        elif c.verdict == Verdict.INCONCLUSIVE:
+            ET.SubElement(case, "skipped", message=f"inconclusive: {text}")
         elif c.verdict == Verdict.FAIL:
             ET.SubElement(case, "failure", message=text, type="regression").text = text
         elif c.verdict == Verdict.ERROR:

@@ -1,10 +1,10 @@
-"""Paired significance tests that decide whether a metric drop is real.
+"""Paired tests on counts: exact McNemar, a non-inferiority bound, and the detectable drop.
 
-The regression gate evaluates the reference and the current checkpoint on the
-same frozen examples, so every test here is *paired*: it compares the two
-models example by example, which removes the between-example variance that an
-unpaired comparison of two accuracies would have to overcome. All p-values
-are one-sided, for the alternative "the current model is worse".
+The regression gate evaluates the reference and the current checkpoint on the same frozen
+examples, so every test here is *paired*: only the discordant examples (newly wrong ``b``,
+newly right ``c``) carry information. All tests are one-sided, for "the current model is worse".
+Drops and tolerances of count metrics are compared in exact arithmetic (:func:`beyond`), so a
+drop equal to the tolerance is within it.
 """
 
 from __future__ import annotations
@@ -12,23 +12,25 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from statistics import NormalDist
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from evalsentry.metrics import Columns, Metric, bootstrap_metric_values, get_metric
+PairedMethod = Literal["mcnemar-exact", "sign-flip"]
 
-PairedMethod = Literal["mcnemar-exact", "paired-bootstrap"]
-
-DEFAULT_BOOTSTRAP_RESAMPLES = 2000
 DEFAULT_POWER = 0.8
 # Under H0 a discordant example is equally likely to flip either way.
 _NULL_FLIP_PROBABILITY = 0.5
-# A bootstrap of one example always reproduces it and would report any
-# difference on that example as certain.
-_MIN_BOOTSTRAP_N = 2
+# Bisection steps for bounds in [0, 1]: 2**-60 is far below any reported digit.
+_BISECTION_STEPS = 60
+# Bisection steps for a detectable drop: 2**-30 (1e-9) is far below the 3 digits it is shown with.
+_DROP_STEPS = 30
+# Discordant counts further than this many standard deviations from their mean are ignored
+# by the power sum: their probability is below 1e-20.
+_TAIL_SDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class PairedResult:
         newly_wrong: Examples the reference got right and the current got wrong (b).
         newly_right: Examples the reference got wrong and the current got right (c).
         n: Number of paired examples.
-        method: ``"mcnemar-exact"`` or ``"paired-bootstrap"``.
+        method: ``"mcnemar-exact"`` or ``"sign-flip"``.
 
     """
 
@@ -60,10 +62,25 @@ def _as_bool_vector(values: ArrayLike, name: str) -> NDArray[np.bool_]:
     return array.astype(np.bool_)
 
 
-def _flips(ref_correct: NDArray[np.bool_], cur_correct: NDArray[np.bool_]) -> tuple[int, int]:
-    newly_wrong = int(np.count_nonzero(ref_correct & ~cur_correct))
-    newly_right = int(np.count_nonzero(~ref_correct & cur_correct))
-    return newly_wrong, newly_right
+def flips(ref_correct: ArrayLike, cur_correct: ArrayLike) -> tuple[int, int]:
+    """``(newly_wrong, newly_right)``: examples only the reference, or only the current, got right."""
+    ref = _as_bool_vector(ref_correct, "ref_correct")
+    cur = _as_bool_vector(cur_correct, "cur_correct")
+    if ref.shape != cur.shape:
+        raise ValueError(f"Paired arrays differ in length: {ref.size} vs {cur.size}")
+    return int(np.count_nonzero(ref & ~cur)), int(np.count_nonzero(~ref & cur))
+
+
+def mcnemar_p(newly_wrong: ArrayLike, discordant: ArrayLike) -> NDArray[np.float64]:
+    """Exact one-sided McNemar p-values ``P(X >= b)``, ``X ~ Binomial(b + c, 1/2)``; 1 where b = 0."""
+    # scipy.special imports in a quarter of the time scipy.stats needs, which keeps
+    # `evalsentry gate` quick to start.
+    from scipy.special import bdtrc
+
+    b = np.rint(np.asarray(newly_wrong, np.float64)).astype(np.int64)
+    m = np.rint(np.asarray(discordant, np.float64)).astype(np.int64)
+    p = np.where(b > 0, bdtrc(np.maximum(b - 1, 0), m, _NULL_FLIP_PROBABILITY), 1.0)
+    return np.asarray(np.minimum(p, 1.0), np.float64)
 
 
 def mcnemar_drop_pvalue(ref_correct: ArrayLike, cur_correct: ArrayLike) -> PairedResult:
@@ -84,137 +101,189 @@ def mcnemar_drop_pvalue(ref_correct: ArrayLike, cur_correct: ArrayLike) -> Paire
         ValueError: If the arrays are not equally long 0/1 vectors.
 
     """
-    ref = _as_bool_vector(ref_correct, "ref_correct")
-    cur = _as_bool_vector(cur_correct, "cur_correct")
-    if ref.shape != cur.shape:
-        raise ValueError(f"Paired arrays differ in length: {ref.size} vs {cur.size}")
-    newly_wrong, newly_right = _flips(ref, cur)
-    p_value = 1.0
-    if newly_wrong:
-        # P(X >= b) = P(X > b - 1): the binomial survival function. scipy.special imports in a
-        # quarter of the time scipy.stats needs, which keeps `evalsentry gate` quick to start.
-        from scipy.special import bdtrc
-
-        total = newly_wrong + newly_right
-        p_value = min(1.0, float(bdtrc(newly_wrong - 1, total, _NULL_FLIP_PROBABILITY)))
-    return PairedResult(p_value, newly_wrong, newly_right, int(ref.size), "mcnemar-exact")
+    newly_wrong, newly_right = flips(ref_correct, cur_correct)
+    p_value = float(mcnemar_p(newly_wrong, newly_wrong + newly_right))
+    n = int(np.asarray(ref_correct).size)
+    return PairedResult(p_value, newly_wrong, newly_right, n, "mcnemar-exact")
 
 
-def _check_same_examples(ref_columns: Columns, cur_columns: Columns, names: Sequence[str]) -> int:
-    lengths = {len(np.asarray(cols[name])) for cols in (ref_columns, cur_columns) for name in names}
-    if len(lengths) != 1:
-        raise ValueError(f"Reference and current columns differ in length: {sorted(lengths)}")
-    both_labelled = "target" in ref_columns and "target" in cur_columns
-    if both_labelled and not np.array_equal(ref_columns["target"], cur_columns["target"]):
-        raise ValueError("Reference and current targets differ: not the same examples")
-    return lengths.pop()
+def beyond(newly_wrong: int, newly_right: int, allowed: Fraction) -> bool:
+    """Whether a count drop exceeds the tolerance, exactly: ``b - c > allowed``.
+
+    ``allowed`` is the tolerance in examples (tolerance times n, or a relative tolerance times
+    the reference's count of correct examples), an exact fraction; equal is within.
+    """
+    return newly_wrong - newly_right > allowed
 
 
-def paired_bootstrap_drop_pvalue(
-    metric: Metric | str,
-    ref_columns: Columns,
-    cur_columns: Columns,
-    *,
-    num_classes: int | None,
-    n_resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES,
-    seed: int = 0,
-) -> PairedResult:
-    """Paired bootstrap test that the current model is worse on ``metric``.
+def _tango_z(newly_wrong: int, newly_right: int, n: int, margin: float) -> float:
+    """Tango's score statistic for the paired difference ``p_b - p_c`` at ``margin``.
 
-    The same resampled example indices are applied to both models, so each
-    resample yields a paired difference. With ``delta`` oriented so that a
-    positive value means "current is worse", the one-sided p-value is
-    ``(1 + #{delta <= 0}) / (n_resamples + 1)``, which is never 0 and is 1.0
-    for identical models.
+    Tango (1998), Stat Med 17:891: the variance uses the maximum-likelihood cell probabilities
+    under the constraint ``p_b - p_c = margin``, which keeps the statistic honest when few or no
+    examples changed.
+    """
+    b, c = float(newly_wrong), float(newly_right)
+    a = 2.0 * n
+    slope = -b - c + (2.0 * n - b + c) * margin
+    const = -c * margin * (1.0 - margin)
+    p_c = (-slope + math.sqrt(max(slope * slope - 4.0 * a * const, 0.0))) / (2.0 * a)
+    variance = n * (2.0 * p_c + margin * (1.0 - margin))
+    difference = b - c - n * margin
+    if variance <= 0.0:
+        return 0.0 if difference == 0 else math.copysign(math.inf, difference)
+    return difference / math.sqrt(variance)
+
+
+def within_tolerance(
+    newly_wrong: int, newly_right: int, n: int, margin: float, alpha: float
+) -> bool:
+    """Non-inferiority: whether the drop is shown to be at most ``margin`` at level ``alpha``.
+
+    Tango's score test of ``H0: drop >= margin``; true when the one-sided upper ``1 - alpha``
+    confidence bound of the drop (:func:`drop_upper_bound`) is at most ``margin``.
+    """
+    if margin >= 1.0:
+        return True
+    z = NormalDist().inv_cdf(1.0 - alpha)
+    return _tango_z(newly_wrong, newly_right, n, margin) <= -z
+
+
+def drop_upper_bound(newly_wrong: int, newly_right: int, n: int, alpha: float) -> float:
+    """The one-sided upper ``1 - alpha`` confidence bound of a paired accuracy drop (Tango score).
+
+    With no example changed it is about ``z**2 / n`` (2.7 / n at alpha 0.05), not 0: a small
+    evalset that saw no flip still cannot rule out a drop of that size.
 
     Args:
-        metric: The metric, or its registered name.
-        ref_columns: Per-example columns of the reference model.
-        cur_columns: Per-example columns of the current model, same examples and order.
-        num_classes: Number of classes for classification metrics, else ``None``.
-        n_resamples: Number of paired bootstrap resamples (at least 1).
-        seed: Resampling seed; equal inputs and seed give an equal p-value.
+        newly_wrong: Examples only the reference got right (b).
+        newly_right: Examples only the current got right (c).
+        n: Paired examples.
+        alpha: One-sided error rate of the bound.
 
     Returns:
-        The test result. ``newly_wrong``/``newly_right`` count prediction flips
-        for classification metrics whose columns include ``prediction`` and
-        ``target``, else they are 0. Fewer than two examples give p = 1.0.
-
-    Raises:
-        ValueError: If the column sets do not describe the same examples.
+        The bound, in accuracy units, in ``[(b - c) / n, 1]``.
 
     """
-    metric = get_metric(metric) if isinstance(metric, str) else metric
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
-    for columns in (ref_columns, cur_columns):
-        missing = [name for name in metric.required_columns if name not in columns]
-        if missing:
-            raise ValueError(f"Metric '{metric.name}' needs columns {missing}")
-    n = _check_same_examples(ref_columns, cur_columns, metric.required_columns)
-    newly_wrong = newly_right = 0
-    has_labels = all("prediction" in c and "target" in c for c in (ref_columns, cur_columns))
-    if metric.task == "classification" and has_labels:
-        newly_wrong, newly_right = _flips(
-            *(_correct_predictions(c) for c in (ref_columns, cur_columns))
-        )
-    p_value = 1.0
-    if n >= _MIN_BOOTSTRAP_N:
-        _, samples = bootstrap_metric_values(
-            [(metric, ref_columns), (metric, cur_columns)],
-            num_classes=num_classes,
-            n_resamples=n_resamples,
-            seed=seed,
-        )
-        delta = samples[:, 1] - samples[:, 0]
-        worse = -delta if metric.higher_is_better else delta
-        # NaN deltas count as "not worse", which keeps the test conservative.
-        not_worse = int(np.count_nonzero(~(worse > 0)))
-        p_value = (1 + not_worse) / (n_resamples + 1)
-    return PairedResult(p_value, newly_wrong, newly_right, n, "paired-bootstrap")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    z = NormalDist().inv_cdf(1.0 - alpha)
+    low, high = (newly_wrong - newly_right) / n, 1.0
+    if _tango_z(newly_wrong, newly_right, n, high) > -z:
+        return high
+    for _ in range(_BISECTION_STEPS):
+        middle = (low + high) / 2
+        if _tango_z(newly_wrong, newly_right, n, middle) > -z:
+            low = middle
+        else:
+            high = middle
+    return high
 
 
-def _correct_predictions(columns: Columns) -> NDArray[np.bool_]:
-    prediction: NDArray[Any] = np.asarray(columns["prediction"])
-    return np.asarray(prediction == np.asarray(columns["target"]), dtype=np.bool_)
-
-
-def paired_drop_pvalue(
-    metric: Metric | str,
-    ref_columns: Columns,
-    cur_columns: Columns,
-    *,
-    num_classes: int | None,
-    n_resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES,
-    seed: int = 0,
-) -> PairedResult:
-    """Runs the paired test the metric asks for (``Metric.paired_test``).
-
-    Args:
-        metric: The metric, or its registered name.
-        ref_columns: Per-example columns of the reference model.
-        cur_columns: Per-example columns of the current model, same examples and order.
-        num_classes: Number of classes for classification metrics, else ``None``.
-        n_resamples: Resamples, used only by the bootstrap test.
-        seed: Seed, used only by the bootstrap test.
-
-    Returns:
-        The McNemar result for 0/1-correctness metrics, else the paired bootstrap result.
-
-    """
-    metric = get_metric(metric) if isinstance(metric, str) else metric
-    ref_correct, cur_correct = metric.correct(ref_columns), metric.correct(cur_columns)
-    if metric.paired_test == "mcnemar" and ref_correct is not None and cur_correct is not None:
-        _check_same_examples(ref_columns, cur_columns, metric.required_columns)
-        return mcnemar_drop_pvalue(ref_correct, cur_correct)
-    return paired_bootstrap_drop_pvalue(
-        metric,
-        ref_columns,
-        cur_columns,
-        num_classes=num_classes,
-        n_resamples=n_resamples,
-        seed=seed,
+def _discordant_range(n: int, discordance: float) -> tuple[int, int]:
+    """The discordant counts with any real probability: mean +- ``_TAIL_SDS`` sd."""
+    mean, sd = n * discordance, math.sqrt(n * discordance * (1.0 - discordance))
+    return max(0, math.floor(mean - _TAIL_SDS * sd) - 1), min(
+        n, math.ceil(mean + _TAIL_SDS * sd) + 1
     )
+
+
+def _first_counts(m: NDArray[np.int64], allowed: Fraction, level: float) -> NDArray[np.int64]:
+    """For each discordant count m, the fewest newly wrong that FAIL: beyond and significant."""
+    # Beyond the tolerance: 2b > m + allowed, in integers.
+    num, den = allowed.numerator, allowed.denominator
+    needed = (m * den + num) // (2 * den) + 1
+    # Significant: bisection on b for every m at once (the p-value falls as b grows).
+    low, high = np.zeros_like(m), m + 1
+    for _ in range(max(1, math.ceil(math.log2(int(m.max(initial=0)) + 2)) + 1)):
+        middle = (low + high) // 2
+        significant = mcnemar_p(middle, m) < level
+        high = np.where(significant, middle, high)
+        low = np.where(significant, low, middle + 1)
+    return np.asarray(np.maximum(np.maximum(needed, high), 1), np.int64)
+
+
+def _power(
+    n: int, rate: float, drop: float, m: NDArray[np.int64], first: NDArray[np.int64]
+) -> float:
+    """The FAIL probability for a drop, given the fewest-failing counts over a range of m."""
+    from scipy.special import bdtr, bdtrc
+
+    discordance = min(1.0, 2.0 * rate + drop)
+    if discordance <= 0.0:
+        return 0.0
+    share_wrong = (rate + drop) / discordance
+    lowest, highest = _discordant_range(n, discordance)
+    keep = (m >= lowest) & (m <= highest)
+    m, first = m[keep], first[keep]
+    below = np.where(m > 0, bdtr(np.maximum(m - 1, 0), n, discordance), 0.0)
+    p_m = np.maximum(bdtr(m, n, discordance) - below, 0.0)
+    detected = np.where(first <= m, bdtrc(np.minimum(first, m) - 1, m, share_wrong), 0.0)
+    return float(np.clip((p_m * detected).sum(), 0.0, 1.0))
+
+
+def fail_power(
+    n: int, newly_right_rate: float, drop: float, allowed: Fraction, level: float
+) -> float:
+    """Probability that the exact count test FAILs a true drop, summed exactly over outcomes.
+
+    The model of the two checkpoints: each example is newly right with probability
+    ``newly_right_rate`` (the churn of retraining) and newly wrong with that plus ``drop``. The
+    gate FAILs when ``b - c > allowed`` (exactly) and the McNemar p-value is below ``level``.
+    """
+    lowest, highest = _discordant_range(n, min(1.0, 2.0 * newly_right_rate + drop))
+    m = np.arange(lowest, highest + 1, dtype=np.int64)
+    return _power(n, newly_right_rate, drop, m, _first_counts(m, allowed, level))
+
+
+def detectable_drop(
+    n: int,
+    newly_right: int,
+    allowed: Fraction,
+    level: float,
+    power: float = DEFAULT_POWER,
+    largest: float = 1.0,
+) -> float | None:
+    """The smallest true drop the exact count test FAILs with probability ``power``.
+
+    Computed from n, the observed churn (``newly_right / n`` of the examples are newly right, as
+    many again would be newly wrong without a drop), the tolerance in examples (``allowed``) and
+    the level the test actually meets inside its family. It is always above the tolerance: a true
+    drop at the tolerance beats it about half of the time.
+
+    Args:
+        n: Paired examples.
+        newly_right: Examples only the current got right (c): the churn estimate.
+        allowed: The tolerance in examples, exactly.
+        level: The p-value the test must get below, after the family's adjustment.
+        power: Probability of detection, in (0, 1).
+        largest: The largest drop there can be: the reference's accuracy.
+
+    Returns:
+        The drop in accuracy units, or None when no drop up to ``largest`` is detected that
+        often (too few examples).
+
+    """
+    if not 0.0 < power < 1.0 or not 0.0 < level < 1.0:
+        raise ValueError(f"power and level must lie in (0, 1), got {power} and {level}")
+    rate = newly_right / n
+    low, high = float(allowed / n), min(largest, 1.0 - rate)
+    if high <= low:
+        return None
+    # The fewest failing counts do not depend on the drop: find them once for every m in reach.
+    lowest = _discordant_range(n, min(1.0, 2.0 * rate + low))[0]
+    highest = _discordant_range(n, min(1.0, 2.0 * rate + high))[1]
+    m = np.arange(lowest, highest + 1, dtype=np.int64)
+    first = _first_counts(m, allowed, level)
+    if _power(n, rate, high, m, first) < power:
+        return None
+    for _ in range(_DROP_STEPS):
+        middle = (low + high) / 2
+        if _power(n, rate, middle, m, first) >= power:
+            high = middle
+        else:
+            low = middle
+    return high
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -247,47 +316,3 @@ def holm(p_values: Sequence[float]) -> list[float]:
     result = raw.copy()
     result[valid] = adjusted
     return [float(value) for value in result]
-
-
-def minimum_detectable_drop(
-    n: int, accuracy: float, alpha: float, power: float = DEFAULT_POWER
-) -> float:
-    """Approximate smallest absolute accuracy drop a paired McNemar test detects.
-
-    Normal approximation to the one-sided McNemar test (Connor, 1987, with the
-    small ``delta**2`` term dropped): with discordant-pair rate ``psi`` and
-    true drop ``delta``, the test reaches the given power when
-    ``delta >= (z_{1-alpha} + z_{power}) * sqrt(psi / n)``. We take
-    ``psi = 2 * accuracy * (1 - accuracy)``, the rate for two models of that
-    accuracy with independent errors. Checkpoints of one model usually err on
-    the same examples, so the real ``psi`` is smaller and this estimate errs
-    on the large (cautious) side; dropping ``delta**2`` does too. The exact
-    test also cannot reject with fewer than ``ceil(log2(1/alpha))`` flips, so
-    the result is at least that many examples' worth of accuracy.
-
-    Meant for a human-readable warning ("this eval set cannot detect drops
-    smaller than ..."), not for decisions.
-
-    Args:
-        n: Number of paired examples.
-        accuracy: Reference accuracy in [0, 1].
-        alpha: One-sided significance level in (0, 1).
-        power: Desired probability of detecting the drop, in (0, 1).
-
-    Returns:
-        The drop in accuracy units (0.01 = one percentage point); may exceed
-        ``accuracy`` when n is too small to detect any drop.
-
-    """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    if not 0.0 <= accuracy <= 1.0:
-        raise ValueError(f"accuracy must lie in [0, 1], got {accuracy}")
-    if not (0.0 < alpha < 1.0 and 0.0 < power < 1.0):
-        raise ValueError(f"alpha and power must lie in (0, 1), got {alpha} and {power}")
-    standard_normal = NormalDist()
-    z_sum = standard_normal.inv_cdf(1.0 - alpha) + standard_normal.inv_cdf(power)
-    discordance = 2.0 * accuracy * (1.0 - accuracy)
-    approximate = z_sum * math.sqrt(discordance / n)
-    fewest_flips = math.ceil(math.log2(1.0 / alpha))
-    return max(approximate, fewest_flips / n)

@@ -53,7 +53,7 @@ def _error() -> Comparison:
 
 class TestSummary:
     def test_counts_only_gating_verdicts(self) -> None:
-        """FAIL, ERROR and WARN are counted over gating comparisons; a candidate's FAIL is not."""
+        """FAIL, ERROR, INCONCLUSIVE and WARN are counted over gating comparisons only."""
         report = GateReport(
             "2026-W41",
             [
@@ -61,12 +61,20 @@ class TestSummary:
                 _fail(0.2, metric="macro_f1"),
                 _fail(0.5, gating=False),
                 _comparison(Verdict.WARN),
+                _comparison(Verdict.INCONCLUSIVE),
                 _comparison(Verdict.PASS),
                 _error(),
             ],
         )
         payload = summary(report)
-        assert payload["counts"] == {"FAIL": 2, "ERROR": 1, "WARN": 1, "DRIFT": 0}
+        assert payload["counts"] == {
+            "FAIL": 2,
+            "ERROR": 1,
+            "INCONCLUSIVE": 1,
+            "WARN": 1,
+            "DRIFT": 0,
+        }
+        assert "2 regression(s), 1 error(s), 1 inconclusive, 1 warning(s)" in payload["text"]
         assert payload["gate"] == "ERROR" and payload["week"] == "2026-W41"
 
     def test_worst_rows_come_first_and_the_rest_are_counted(self) -> None:

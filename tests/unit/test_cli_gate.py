@@ -171,6 +171,35 @@ class TestGateCommand:
         table = capsys.readouterr().out
         assert table.count("❌ FAIL (report only)") == 8 and "accuracy [half=even]" in table
 
+    def test_inconclusive_exits_0_or_1_with_strict_and_shows_in_ci_files(
+        self, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """72 rows cannot show a drop within 1 point: INCONCLUSIVE, exit 0; --strict exits 1.
+
+        JUnit marks it skipped (a failure when strict); Markdown marks it and says what it means.
+        """
+        history = History(str(project / "store"))
+        record_week(history, "2026-W40", accuracy_mask(72, 0.9))
+        record_week(history, "2026-W41", accuracy_mask(72, 0.9))
+        junit, markdown = project / "gate.xml", project / "gate.md"
+        argv = ["gate", "--config", config(project), "--junit", str(junit)]
+        assert main([*argv, "--markdown", str(markdown)]) == 0
+        out = capsys.readouterr().out
+        assert "INCONCLUSIVE m@v1 on toy: accuracy vs previous-week" in out
+        assert "this evalset detects drops of about" in out
+        root = ET.fromstring(junit.read_text())
+        assert_counts_match_elements(root)
+        skipped = [s.get("message") for s in root.iter("skipped")]
+        assert any(m.startswith("inconclusive: INCONCLUSIVE m@v1") for m in skipped)
+        assert root.get("failures") == "0"
+        text = markdown.read_text()
+        assert "❔ INCONCLUSIVE" in text and "does not fail it (only --strict)" in text
+        assert main([*argv, "--strict"]) == 1
+        assert "error: 2026-W41: INCONCLUSIVE m@v1 accuracy" in capsys.readouterr().err
+        strict = ET.fromstring(junit.read_text())
+        assert [f.get("type") for f in strict.iter("failure")] == ["inconclusive"]
+        xmlschema.XMLSchema(JUNIT_XSD).validate(junit.read_text())
+
     def test_previous_week_passes_with_exit_0(self, project: Path) -> None:
         """The same predictions the week after pass."""
         drop_weeks(project)
@@ -296,6 +325,18 @@ class TestEvaluateCommand:
         """The production checkpoint itself, as a candidate, passes."""
         code = evaluate_candidate(str(toy_checkpoints["good"]), with_production)
         assert code == 0
+
+    def test_strict_candidate_exits_1_when_the_evalset_cannot_tell(
+        self, with_production: Path, toy_checkpoints: dict[str, Path]
+    ) -> None:
+        """300 rows cannot show the same model within half a point: exit 0, or 1 with --strict."""
+        settings = with_production / "evalsentry.yaml"
+        settings.write_text(
+            settings.read_text() + "gate:\n  metrics:\n    accuracy: {max_drop: 0.005}\n"
+        )
+        assert evaluate_candidate(str(toy_checkpoints["good"]), with_production) == 0
+        argv = ["evaluate", "--checkpoint", str(toy_checkpoints["good"]), "--model", "toy-model"]
+        assert main([*argv, "--config", config(with_production), "--strict"]) == 1
 
     def test_an_unknown_model_exits_2_unless_it_is_declared_new(
         self,

@@ -68,18 +68,58 @@ class TestVerdicts:
         assert "m@v2 on toy: accuracy vs previous-week" in message
         assert "drop +0.0450" in message and "p=" in message and "flips -45/+0" in message
 
-    def test_drop_beyond_tolerance_but_not_significant_warns_with_detectable_drop(
+    def test_drop_beyond_tolerance_but_not_significant_is_inconclusive_with_detectable_drop(
         self, history: History
     ) -> None:
-        """On too few examples a large drop is a WARN that says what the evalset can detect."""
+        """On too few examples a large drop is INCONCLUSIVE (exit 0) saying what it can detect."""
         before = accuracy_mask(20, 0.9)
         after = before.copy()
         after[np.flatnonzero(before)[:2]] = False
         record_week(history, "2026-W40", before)
         record_week(history, "2026-W41", after, checkpoint="d" * 64)
-        acc = overall(gate_week(history, "2026-W41", POLICY), "previous-week")
-        assert acc.verdict == Verdict.WARN
+        report = gate_week(history, "2026-W41", POLICY)
+        acc = overall(report, "previous-week")
+        assert acc.verdict == Verdict.INCONCLUSIVE
         assert "not significant" in acc.reason and "detects drops of about" in acc.reason
+        assert report.verdict == Verdict.INCONCLUSIVE and report.exit_code == 0
+        assert "inconclusive" in report.headline()
+        assert acc.describe() in report.message()
+
+    def test_strict_makes_inconclusive_exit_1(self, history: History) -> None:
+        """With gate.strict an INCONCLUSIVE week is a problem: it leads the headline, exit 1."""
+        record_week(history, "2026-W40", accuracy_mask(72, 0.9))
+        record_week(history, "2026-W41", accuracy_mask(72, 0.9), checkpoint="d" * 64)
+        strict = POLICY.model_copy(update={"strict": True})
+        report = gate_week(history, "2026-W41", strict)
+        assert report.strict and report.exit_code == 1
+        assert report.headline().startswith("2026-W41: INCONCLUSIVE m@v1 accuracy")
+        assert gate_week(history, "2026-W41", POLICY).exit_code == 0
+
+    def test_an_unchanged_model_on_too_few_examples_is_inconclusive_not_pass(
+        self, history: History
+    ) -> None:
+        """No flip at all on 72 rows: a drop 3.6x the tolerance is not ruled out: INCONCLUSIVE."""
+        correct = accuracy_mask(72, 0.9)
+        record_week(history, "2026-W40", correct)
+        record_week(history, "2026-W41", correct)
+        acc = overall(gate_week(history, "2026-W41", POLICY), "previous-week")
+        assert (acc.newly_wrong, acc.newly_right) == (0, 0)
+        assert acc.verdict == Verdict.INCONCLUSIVE and acc.drop_bound == pytest.approx(
+            0.036, abs=1e-3
+        )
+
+    def test_a_drop_equal_to_the_tolerance_is_within_it(self, history: History) -> None:
+        """0.900 -> 0.880 on 1000 examples with a 0.02 tolerance: never FAIL (the float says 0.0200000...02)."""
+        before = accuracy_mask(N, 0.9)
+        after = before.copy()
+        after[np.flatnonzero(before)[:25]] = False
+        after[np.flatnonzero(~before)[:5]] = True
+        record_week(history, "2026-W40", before)
+        record_week(history, "2026-W41", after, checkpoint="d" * 64)
+        policy = POLICY.model_copy(update={"metrics": {"accuracy": Tolerance(max_drop=0.02)}})
+        acc = overall(gate_week(history, "2026-W41", policy), "previous-week")
+        assert (acc.newly_wrong, acc.newly_right) == (25, 5) and acc.verdict != Verdict.FAIL
+        assert acc.drop == pytest.approx(0.02) and acc.tolerance == pytest.approx(0.02)
 
     def test_significant_drop_within_tolerance_warns(self, history: History) -> None:
         """A real but tolerated drop is a WARN, not a FAIL."""
@@ -111,8 +151,8 @@ class TestVerdicts:
             and "torch_version 2.12.0 -> 2.13.0" in acc.reason
         )
 
-    def test_holm_adjusts_upward(self, history: History) -> None:
-        """Adjusted p-values are never below the raw ones."""
+    def test_family_adjusts_upward(self, history: History) -> None:
+        """Family-adjusted p-values are never below the raw ones."""
         record_week(history, "2026-W40", accuracy_mask(N, 0.9))
         record_week(history, "2026-W41", accuracy_mask(N, 0.88, seed=1), checkpoint="d" * 64)
         tested = [
@@ -160,7 +200,8 @@ class TestBaseline:
             correct[np.flatnonzero(correct)[:6]] = False
             record_week(history, f"2026-W{week}", correct.copy(), checkpoint=f"{week}" * 32)
         report = gate_week(history, "2026-W44", POLICY)
-        assert overall(report, "previous-week").verdict in (Verdict.PASS, Verdict.WARN)
+        # 6 more wrong out of 1000 is real (p = 1/64) but not shown beyond, nor within, 0.01
+        assert overall(report, "previous-week").verdict == Verdict.INCONCLUSIVE
         base = overall(report, "baseline")
         assert base.reference_week == "2026-W40" and base.verdict == Verdict.FAIL
         assert base.drop == pytest.approx(0.024)

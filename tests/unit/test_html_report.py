@@ -12,6 +12,7 @@ import pytest
 
 from evalsentry.config import Config
 from evalsentry.cost import ledger
+from evalsentry.gate import Comparison, GateReport, Verdict, gate_week
 from evalsentry.history import History
 from evalsentry.html_report import render_report
 from tests.synthetic import accuracy_mask, record_week
@@ -60,13 +61,35 @@ def weeks(tmp_path: Path) -> tuple[History, Config]:
 def test_report_is_self_contained_with_trend_charts(weeks: tuple[History, Config]) -> None:
     """One HTML file with an inline SVG per metric plus the cost chart, no external resources."""
     history, config = weeks
-    html = render_report(history, "2026-W43", config)
+    html = render_report(history, gate_week(history, "2026-W43", config.gate))
     assert html.count("<svg") == 3  # accuracy, nll, cost
     assert not re.search(r"""(src|href)=["']https?://""", html)
     assert "FAIL" in html and "baseline 2026-W40" in html
     assert "m@v3 on toy: accuracy vs previous-week" in html
     assert "Flips against the previous week" in html and "ex-" in html
     assert "4.0000 device-hours" not in html and "1.0000 device-hours" in html
+
+
+def test_report_renders_the_gate_report_it_is_given(
+    weeks: tuple[History, Config], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The HTML shows the flow's own verdicts (an invalid evalset's ERROR too) and gates nothing."""
+    import evalsentry.gate
+
+    history, config = weeks
+    report = gate_week(history, "2026-W43", config.gate)
+    invalid = Comparison(
+        "", "2026-W43", "*", None, "other", "none", "*", Verdict.ERROR, "evalset invalid: x"
+    )
+    given = GateReport("2026-W43", [invalid, *report.comparisons])
+
+    def no_second_gate(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the HTML report ran a gate of its own")
+
+    monkeypatch.setattr(evalsentry.gate, "gate_week", no_second_gate)
+    html = render_report(history, given)
+    assert ">ERROR</span>" in html and "every checkpoint on other" in html
+    assert "4 regression(s), 1 error(s)" in html
 
 
 def test_cost_ledger_sums(weeks: tuple[History, Config]) -> None:
@@ -92,7 +115,7 @@ def test_report_renders_in_a_real_browser(weeks: tuple[History, Config], tmp_pat
 
     history, config = weeks
     page = tmp_path / "report.html"
-    page.write_text(render_report(history, "2026-W43", config))
+    page.write_text(render_report(history, gate_week(history, "2026-W43", config.gate)))
     shot = tmp_path / "shot.png"
     profile = tmp_path / "profile"
     subprocess.run(

@@ -100,6 +100,18 @@ class TestJunit:
         assert counts == {"tests": "9", "failures": "1", "errors": "1", "skipped": "3"}
         assert "time" not in suite.attrib  # the gate times nothing; no invented durations
 
+    def test_inconclusive_is_skipped_unless_strict_then_a_failure(self) -> None:
+        """INCONCLUSIVE shows as a skip ("inconclusive: ...") and fails the build only when strict."""
+        unsure = comparison(Verdict.INCONCLUSIVE)
+        root = ET.fromstring(gate_junit(GateReport("2026-W41", [unsure])))
+        (skipped,) = root.iter("skipped")
+        assert skipped.get("message", "").startswith("inconclusive: INCONCLUSIVE m@v2")
+        strict = ET.fromstring(gate_junit(GateReport("2026-W41", [unsure], strict=True)))
+        assert [f.get("type") for f in strict.iter("failure")] == ["inconclusive"]
+        assert_counts_match_elements(strict)
+        assert GateReport("2026-W41", [unsure]).exit_code == 0
+        assert GateReport("2026-W41", [unsure], strict=True).exit_code == 1
+
     def test_empty_report_is_a_valid_empty_suite(self) -> None:
         """A week with nothing to compare is a valid suite with zero tests."""
         text = gate_junit(GateReport("2026-W41", []))
@@ -138,6 +150,29 @@ def test_markdown_marks_report_only_rows_and_counts_only_gating_ones() -> None:
     assert "The 4 row(s) marked report only do not gate." in text
     overall = gate_markdown(mixed_report(), include_slices=False)
     assert "report only" not in overall  # no report-only row shown, none announced
+
+
+def test_markdown_marks_inconclusive_and_says_what_it_means() -> None:
+    """INCONCLUSIVE rows are marked, counted in the headline, and the note says when it fails."""
+    report = GateReport("2026-W41", [comparison(Verdict.INCONCLUSIVE), comparison(Verdict.PASS)])
+    text = gate_markdown(report)
+    assert "| ❔ INCONCLUSIVE |" in text
+    assert "0 regression(s), 0 error(s), 1 inconclusive, 0 warning(s)" in text
+    assert "does not fail it (only --strict)" in text
+    assert "fails the gate (strict)" in gate_markdown(
+        GateReport("2026-W41", report.comparisons, True)
+    )
+
+
+def test_regression_flips_say_worse_and_better_by_a_delta() -> None:
+    """Regression rows count examples worse/better by more than the delta, not -0/+0 flips."""
+    row = comparison(Verdict.PASS, metric="mae")
+    from dataclasses import replace
+
+    worse = replace(row, newly_wrong=31, newly_right=12, flip_delta=0.05, method="sign-flip")
+    assert worse.flips == "-31/+12 by >0.05"
+    assert "worse/better -31/+12 by >0.05" in worse.describe()
+    assert "-31/+12 by >0.05" in gate_markdown(GateReport("2026-W41", [worse]))
 
 
 def judged(verdict: Verdict, metric: str = "accuracy", **fields: object) -> Comparison:

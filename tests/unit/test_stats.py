@@ -1,9 +1,9 @@
-"""Paired drop tests: McNemar, paired bootstrap, Holm, and detectable-drop sizing."""
+"""Paired count tests: exact McNemar, exact tolerance, the non-inferiority bound, Holm, detectable drops."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -12,20 +12,19 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 from scipy import stats
 
-from evalsentry.metrics import get_metric
 from evalsentry.stats import (
     PairedResult,
+    beyond,
+    detectable_drop,
+    drop_upper_bound,
+    fail_power,
     holm,
     mcnemar_drop_pvalue,
-    minimum_detectable_drop,
-    paired_bootstrap_drop_pvalue,
-    paired_drop_pvalue,
+    mcnemar_p,
+    within_tolerance,
 )
-from tests.synthetic import classification
 
-Columns = dict[str, NDArray[Any]]
 ALPHA = 0.05
-BOOTSTRAP_RESAMPLES = 1000
 
 
 def paired_outcomes(
@@ -39,16 +38,6 @@ def paired_outcomes(
         [0] * newly_wrong + [1] * newly_right + [1] * both_right + [0] * both_wrong, dtype=bool
     )
     return ref, cur
-
-
-def degrade(columns: Columns, share: float, seed: int) -> Columns:
-    """The same model with a share of its correct predictions turned wrong."""
-    rng = np.random.default_rng(seed)
-    flip = (columns["prediction"] == columns["target"]) & (
-        rng.random(columns["target"].size) < share
-    )
-    prediction = np.where(flip, (columns["target"] + 1) % 10, columns["prediction"])
-    return {**columns, "prediction": prediction}
 
 
 class TestMcNemar:
@@ -128,94 +117,6 @@ class TestMcNemar:
         assert detected >= 0.95 * n_trials
 
 
-class TestPairedBootstrap:
-    def test_detects_a_clear_degradation(self) -> None:
-        """Turning 10% of hits wrong lowers macro-F1 with p < 0.01."""
-        ref = classification(2000, 0.8, seed=1)
-        cur = degrade(ref, 0.10, seed=2)
-        result = paired_bootstrap_drop_pvalue(
-            "macro_f1", ref, cur, num_classes=10, n_resamples=BOOTSTRAP_RESAMPLES
-        )
-        assert result.p_value < 0.01
-        assert result.method == "paired-bootstrap"
-        assert result.newly_wrong > 100
-        assert result.newly_right == 0
-
-    def test_identical_model_is_not_flagged(self) -> None:
-        """The same outputs give every resample a zero delta, hence p = 1."""
-        ref = classification(2000, 0.8, seed=3)
-        result = paired_bootstrap_drop_pvalue("nll", ref, dict(ref), num_classes=10)
-        assert result == PairedResult(1.0, 0, 0, 2000, "paired-bootstrap")
-
-    def test_improvement_is_not_flagged(self) -> None:
-        """Lower loss for the current model gives a large p-value for nll."""
-        ref = classification(2000, 0.8, seed=4)
-        cur = {**ref, "loss": ref["loss"] * 0.8}
-        assert paired_bootstrap_drop_pvalue("nll", ref, cur, num_classes=10).p_value > 0.99
-
-    def test_orientation_follows_metric_direction(self) -> None:
-        """Higher loss (lower-is-better) and lower R^2 (higher-is-better) both count as drops."""
-        rng = np.random.default_rng(5)
-        target = rng.normal(size=1500)
-        ref = {"target": target, "prediction": target + rng.normal(scale=0.3, size=1500)}
-        cur = {"target": target, "prediction": target + rng.normal(scale=0.6, size=1500)}
-        for name in ("rmse", "mae", "r2"):
-            result = paired_bootstrap_drop_pvalue(
-                name, ref, cur, num_classes=None, n_resamples=BOOTSTRAP_RESAMPLES
-            )
-            assert result.p_value < 0.01
-            assert (result.newly_wrong, result.newly_right) == (0, 0)
-            reverse = paired_bootstrap_drop_pvalue(
-                name, cur, ref, num_classes=None, n_resamples=BOOTSTRAP_RESAMPLES
-            )
-            assert reverse.p_value > 0.99
-
-    def test_pairing_detects_a_small_consistent_shift(self) -> None:
-        """A +0.01 loss on every example is invisible unpaired but certain when paired."""
-        ref = classification(1000, 0.8, seed=6)
-        ref["loss"] = np.random.default_rng(7).exponential(1.0, 1000)  # SE of the mean ~0.03
-        cur = {**ref, "loss": ref["loss"] + 0.01}
-        result = paired_bootstrap_drop_pvalue(
-            "nll", ref, cur, num_classes=10, n_resamples=BOOTSTRAP_RESAMPLES
-        )
-        assert result.p_value == pytest.approx(1 / (BOOTSTRAP_RESAMPLES + 1))
-
-    def test_is_seeded(self) -> None:
-        """The same seed reproduces the p-value exactly."""
-        ref = classification(500, 0.7, seed=8)
-        cur = degrade(ref, 0.03, seed=9)
-        first = paired_bootstrap_drop_pvalue("ece", ref, cur, num_classes=10, seed=11)
-        again = paired_bootstrap_drop_pvalue("ece", ref, cur, num_classes=10, seed=11)
-        assert first == again
-
-    def test_different_examples_are_rejected(self) -> None:
-        """Columns with different targets or lengths cannot be compared pairwise."""
-        ref = classification(100, 0.7, seed=10)
-        shuffled = {**ref, "target": ref["target"][::-1]}
-        with pytest.raises(ValueError, match="targets differ"):
-            paired_bootstrap_drop_pvalue("nll", ref, shuffled, num_classes=10)
-        shorter = {name: column[:50] for name, column in ref.items()}
-        with pytest.raises(ValueError, match="length"):
-            paired_bootstrap_drop_pvalue("nll", ref, shorter, num_classes=10)
-
-    def test_single_example_is_never_significant(self) -> None:
-        """One example cannot show a real drop, so p = 1."""
-        ref = {"target": np.array([1]), "prediction": np.array([1]), "loss": np.array([0.1])}
-        cur = {**ref, "loss": np.array([5.0])}
-        assert paired_bootstrap_drop_pvalue("nll", ref, cur, num_classes=3).p_value == 1.0
-
-
-class TestPairedDropPvalue:
-    def test_dispatches_on_the_metric(self) -> None:
-        """Accuracy goes to exact McNemar, NLL to the paired bootstrap."""
-        ref = classification(1000, 0.8, seed=12)
-        cur = degrade(ref, 0.1, seed=13)
-        mcnemar = paired_drop_pvalue("accuracy", ref, cur, num_classes=10)
-        correct = get_metric("accuracy").correct
-        assert mcnemar == mcnemar_drop_pvalue(correct(ref), correct(cur))
-        assert paired_drop_pvalue("nll", ref, cur, num_classes=10).method == "paired-bootstrap"
-
-
 class TestHolm:
     def test_hand_computed_example(self) -> None:
         """Sorted p (.005, .01, .03, .04) times (4, 3, 2, 1), made monotone."""
@@ -253,50 +154,88 @@ class TestHolm:
             holm([0.2, 1.5])
 
 
-class TestMinimumDetectableDrop:
-    def test_hand_computed_value(self) -> None:
-        """(z_.95 + z_.8) * sqrt(2 * .9 * .1 / 10000) ~ 0.01055."""
-        expected = (1.6448536269514722 + 0.8416212335729143) * math.sqrt(0.18 / 10_000)
-        assert minimum_detectable_drop(10_000, 0.9, 0.05) == pytest.approx(expected)
+class TestExactTolerance:
+    def test_a_drop_equal_to_the_tolerance_is_within_it(self) -> None:
+        """1000 examples, 25 newly wrong and 5 newly right: a drop of exactly 0.02 is not beyond 0.02."""
+        allowed = Fraction("0.02") * 1000
+        assert not beyond(25, 5, allowed)
+        assert beyond(26, 5, allowed)
+        assert (0.900 - 0.880) > 0.02  # the float comparison the gate used to make
 
-    def test_shrinks_with_more_examples_and_grows_with_stricter_alpha(self) -> None:
-        """Four times the data halves the drop; a smaller alpha needs a bigger drop."""
-        assert minimum_detectable_drop(40_000, 0.8, 0.05) == pytest.approx(
-            minimum_detectable_drop(10_000, 0.8, 0.05) / 2
+    @settings(max_examples=200, deadline=None, derandomize=True, database=None)
+    @given(n=st.integers(10, 100_000), hundredths=st.integers(1, 10))
+    def test_ties_never_exceed_for_any_n(self, n: int, hundredths: int) -> None:
+        """For every n and tolerance, the drop of exactly tolerance * n examples is within it."""
+        allowed = Fraction(hundredths, 100) * n
+        if allowed.denominator == 1 and allowed <= n:
+            assert not beyond(int(allowed), 0, allowed)
+            assert beyond(int(allowed) + 1, 0, allowed)
+
+
+class TestUpperBound:
+    def test_no_flip_on_a_small_evalset_still_leaves_a_drop_possible(self) -> None:
+        """72 examples and no change: a drop of ~3.6 points cannot be ruled out (~z^2 / n)."""
+        bound = drop_upper_bound(0, 0, 72, ALPHA)
+        assert bound == pytest.approx(0.0362, abs=5e-4)
+        assert not within_tolerance(0, 0, 72, 0.01, ALPHA)
+        assert within_tolerance(0, 0, 1000, 0.01, ALPHA)
+
+    def test_bound_and_test_agree(self) -> None:
+        """within_tolerance holds exactly when the bound is at most the margin."""
+        for b, c, n in [(4, 5, 719), (25, 5, 1000), (3, 0, 360), (0, 6, 200)]:
+            bound = drop_upper_bound(b, c, n, ALPHA)
+            assert bound >= (b - c) / n
+            assert within_tolerance(b, c, n, bound + 1e-6, ALPHA)
+            assert not within_tolerance(b, c, n, bound - 1e-6, ALPHA)
+
+    @pytest.mark.parametrize(("n", "churn"), [(360, 0.015), (1000, 0.005), (1000, 0.025)])
+    def test_false_pass_rate_at_the_tolerance_is_at_most_alpha(self, n: int, churn: float) -> None:
+        """A true drop equal to the tolerance is shown within it at most ~alpha of the time (exact sum)."""
+        tolerance = 0.01
+        b = np.arange(0, 80)[:, None]
+        c = np.arange(0, 80)[None, :]
+        p_b, p_c = churn + tolerance, churn
+        probability = stats.multinomial.pmf(
+            np.stack(np.broadcast_arrays(b, c, n - b - c), axis=-1), n, [p_b, p_c, 1 - p_b - p_c]
         )
-        assert minimum_detectable_drop(10_000, 0.8, 0.01) > minimum_detectable_drop(
-            10_000, 0.8, 0.05
+        passed = np.vectorize(lambda x, y: within_tolerance(int(x), int(y), n, tolerance, ALPHA))(
+            b, c
         )
+        assert probability.sum() > 0.999
+        assert (probability * passed).sum() <= ALPHA + 0.002
 
-    def test_perfect_accuracy_needs_enough_flips_for_the_exact_test(self) -> None:
-        """At accuracy 1 the floor is the fewest flips McNemar can call significant."""
-        n = 1000
-        drop = minimum_detectable_drop(n, 1.0, ALPHA)
-        flips = round(drop * n)
-        assert mcnemar_drop_pvalue(*paired_outcomes(flips, 0, n - flips, 0)).p_value <= ALPHA
-        assert mcnemar_drop_pvalue(*paired_outcomes(flips - 1, 0, n - flips + 1, 0)).p_value > ALPHA
 
-    def test_power_at_the_detectable_drop_is_as_promised(self) -> None:
-        """Simulated independent models that far apart are flagged about 80% of the time."""
-        n, accuracy = 5000, 0.8
-        drop = minimum_detectable_drop(n, accuracy, ALPHA)
-        rng = np.random.default_rng(14)
-        trials = 400
-        hits = sum(
-            mcnemar_drop_pvalue(rng.random(n) < accuracy, rng.random(n) < accuracy - drop).p_value
-            <= ALPHA
-            for _ in range(trials)
-        )
-        # 400 trials estimate the power to about +-0.02 (one standard error)
-        assert 0.7 <= hits / trials <= 0.9
+class TestDetectableDrop:
+    def test_power_sum_matches_simulation(self) -> None:
+        """The exact power of the count test agrees with 20,000 simulated pairs to 0.01."""
+        n, churn, drop, allowed = 360, 0.015, 0.03, Fraction("0.01") * 360
+        rng = np.random.default_rng(3)
+        cells = rng.multinomial(n, [churn + drop, churn, 1 - 2 * churn - drop], size=20_000)
+        b, c = cells[:, 0], cells[:, 1]
+        simulated = ((b - c > allowed) & (mcnemar_p(b, b + c) < ALPHA)).mean()
+        assert fail_power(n, churn, drop, allowed, ALPHA) == pytest.approx(simulated, abs=0.01)
 
-    @pytest.mark.parametrize(
-        ("n", "accuracy", "alpha", "power"),
-        [(0, 0.9, 0.05, 0.8), (10, 1.2, 0.05, 0.8), (10, 0.9, 0.0, 0.8), (10, 0.9, 0.05, 1.0)],
-    )
-    def test_rejects_invalid_arguments(
-        self, n: int, accuracy: float, alpha: float, power: float
+    @pytest.mark.parametrize(("n", "newly_right"), [(360, 0), (360, 9), (1000, 15), (5000, 50)])
+    def test_is_the_80_percent_power_point_and_above_the_tolerance(
+        self, n: int, newly_right: int
     ) -> None:
-        """Sizes below 1 and probabilities outside their ranges are errors."""
-        with pytest.raises(ValueError):
-            minimum_detectable_drop(n, accuracy, alpha, power)
+        """At the stated drop the test FAILs 80% of the time; it is never below the tolerance."""
+        allowed = Fraction("0.01") * n
+        drop = detectable_drop(n, newly_right, allowed, ALPHA)
+        assert drop is not None and drop > 0.01
+        rate = newly_right / n
+        assert fail_power(n, rate, drop, allowed, ALPHA) == pytest.approx(0.8, abs=1e-3)
+        assert fail_power(n, rate, drop * 0.9, allowed, ALPHA) < 0.8
+
+    def test_more_churn_and_a_stricter_level_need_bigger_drops(self) -> None:
+        """Noisier retrains and a family's smaller level both raise the detectable drop."""
+        allowed = Fraction("0.01") * 1000
+        base = detectable_drop(1000, 5, allowed, ALPHA)
+        assert base is not None
+        assert detectable_drop(1000, 25, allowed, ALPHA) > base  # type: ignore[operator]
+        assert detectable_drop(1000, 5, allowed, ALPHA / 5) > base  # type: ignore[operator]
+
+    def test_too_small_an_evalset_detects_nothing(self) -> None:
+        """Five examples at accuracy 0.9 cannot reach 80% power for any drop: None."""
+        assert detectable_drop(5, 0, Fraction("0.01") * 5, ALPHA, largest=0.9) is None
+        assert detectable_drop(5, 0, Fraction("0.01") * 5, ALPHA) is not None  # all 5 wrong

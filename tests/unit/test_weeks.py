@@ -14,7 +14,7 @@ from evalsentry.names import check_week, week_start
 from tests.models import TRUSTED_YAML
 from tests.synthetic import accuracy_mask, record_week
 
-N = 200
+N = 1000  # enough examples to show that an unchanged model is within a 1-point tolerance
 # "2026" in full-width digits: Python's \d (and int()) accept them, a string sort puts them last.
 FULL_WIDTH_2026 = "\uff12\uff10\uff12\uff16"
 REFUSED = [

@@ -96,17 +96,28 @@ def _history(config: Path | None) -> tuple[Any, Any]:
     return settings, history
 
 
-def _emit_gate(report: Any, markdown: Path | None, junit: Path | None, show_slices: bool) -> int:
+def _emit_gate(
+    report: Any,
+    markdown: Path | None,
+    junit: Path | None,
+    show_slices: bool,
+    strict: bool = False,
+) -> int:
     """Write the CI files, print the table and the verdict; the gate's exit code.
 
     The files are written first, whole or not at all, their folders created as needed: a path
-    that cannot be written is unusable input (exit 2), whatever the gate found.
+    that cannot be written is unusable input (exit 2), whatever the gate found. ``strict``
+    (``--strict``, or ``gate.strict`` in the config) makes an INCONCLUSIVE verdict exit 1.
     """
+    from dataclasses import replace
+
     from rich.markup import escape
 
     from evalsentry.report import HEADERS, comparison_rows, gate_junit, gate_markdown
     from evalsentry.storage import filesystem, write_atomic
 
+    if strict and not report.strict:
+        report = replace(report, strict=True)
     for option, path, render in (
         ("--markdown", markdown, gate_markdown),
         ("--junit", junit, gate_junit),
@@ -144,6 +155,12 @@ def _emit_gate(report: Any, markdown: Path | None, junit: Path | None, show_slic
 MarkdownOption = Annotated[Path | None, typer.Option(help="Write a Markdown summary here.")]
 JunitOption = Annotated[Path | None, typer.Option(help="Write JUnit XML here.")]
 SlicesOption = Annotated[bool, typer.Option("--slices", help="Show per-slice comparisons too.")]
+StrictOption = Annotated[
+    bool,
+    typer.Option(
+        "--strict", help="Exit 1 on INCONCLUSIVE too (the evalset could not tell); see gate.strict."
+    ),
+]
 
 
 history_app = typer.Typer(help="Show or maintain the metric history.", invoke_without_command=True)

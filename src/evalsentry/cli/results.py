@@ -12,6 +12,7 @@ from evalsentry.cli._app import (
     JunitOption,
     MarkdownOption,
     SlicesOption,
+    StrictOption,
     _emit_gate,
     _history,
     _print_table,
@@ -32,11 +33,13 @@ def gate(
     junit: JunitOption = None,
     markdown: MarkdownOption = None,
     slices: SlicesOption = False,
+    strict: StrictOption = False,
     config: ConfigOption = None,
 ) -> None:
     """Gate a week's results against the previous week and the baseline (reads the history only).
 
-    Exit 0 pass or warn, 1 a regression, 2 not comparable or unusable input.
+    Exit 0 pass, warn or inconclusive; 1 a regression (or, with --strict, an inconclusive
+    comparison); 2 not comparable or unusable input.
     """
     from evalsentry.gate import gate_week
     from evalsentry.history import latest_week
@@ -59,7 +62,7 @@ def gate(
         evalset=evalset,
         evalsets_dir=settings.evalsets_dir,
     )
-    raise typer.Exit(_emit_gate(report, markdown, junit, slices))
+    raise typer.Exit(_emit_gate(report, markdown, junit, slices, strict))
 
 
 @app.command("evaluate")
@@ -79,6 +82,7 @@ def evaluate_command(
             "--new-model", help="MODEL starts a new model line (else an unknown MODEL is refused)."
         ),
     ] = False,
+    strict: StrictOption = False,
     config: ConfigOption = None,
 ) -> None:
     """Evaluate a candidate checkpoint and gate it against production and the baseline, for CI.
@@ -138,7 +142,8 @@ def evaluate_command(
             comparisons += report.comparisons
     finally:
         meter.close()
-    raise typer.Exit(_emit_gate(GateReport(week, comparisons), markdown, junit, slices))
+    report = GateReport(week, comparisons, strict or settings.gate.strict)
+    raise typer.Exit(_emit_gate(report, markdown, junit, slices))
 
 
 @history_app.command("compact")
@@ -259,6 +264,7 @@ def report(
     config: ConfigOption = None,
 ) -> None:
     """Write one self-contained HTML report: trends, verdicts, slices, flips, drift, lineage, cost."""
+    from evalsentry.gate import gate_week
     from evalsentry.history import latest_week
     from evalsentry.html_report import render_report
     from evalsentry.names import check_week
@@ -269,7 +275,8 @@ def report(
         week = latest_week(store.evaluations(kind="scheduled")["week"])
         if week is None:
             raise UsageError(f"{settings.store_url}: the history holds no weekly evaluation yet")
-    html = render_report(store, check_week(week), settings)
+    gated = gate_week(store, check_week(week), settings.gate, evalsets_dir=settings.evalsets_dir)
+    html = render_report(store, gated)
     if out is not None:
         out.write_text(html, encoding="utf-8")
         target = str(out)

@@ -1,0 +1,220 @@
+"""Paired sign flips: one null distribution shared by every metric and slice of a comparison.
+
+The gate compares two checkpoints on the same examples. Under the null hypothesis that the two
+are exchangeable example by example, swapping their outputs on any subset of examples gives data
+just as likely as what was observed. Each random swap pattern (a "sign flip" of every per-example
+difference) gives every metric, in every slice, the values the two models would then have had.
+All tests of one comparison see the *same* swaps, so their joint null distribution keeps the
+metrics' correlation, which is what a Westfall-Young correction needs.
+
+Every metric is a function of sums of per-example terms (see :mod:`evalsentry.metrics`), so a
+swap is linear: with ``s`` the 0/1 swap vector, the reference-like sums are ``base_ref + s @ D``
+and the current-like ones ``base_cur - s @ D``, where ``D`` (current minus reference terms) is
+zero on every example the two models treat alike. Only the examples that differ cost anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from evalsentry.metrics import Metric
+
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+Columns = Mapping[str, NDArray[Any]]
+
+DEFAULT_SWAPS = 2000
+# Swaps are drawn in blocks of about this many (swap, example) cells: 8 MB whatever n is.
+_BLOCK_CELLS = 1 << 20
+
+
+@dataclass(frozen=True)
+class SwapValues:
+    """Metric values of the reference-like and the current-like model, observed and swapped.
+
+    Row 0 is the observed pair (nothing swapped); rows 1..R follow the random swaps. Columns
+    follow the metrics given to :func:`swap_values`.
+
+    Attributes:
+        reference: Values of the model that is the reference where nothing is swapped.
+        current: Values of the model that is the current one where nothing is swapped.
+        n: Number of paired examples these values are over.
+
+    """
+
+    reference: FloatArray
+    current: FloatArray
+    n: int
+
+
+def _check_pairs(ref_columns: Columns, cur_columns: Columns, names: Sequence[str]) -> int:
+    lengths = {len(np.asarray(cols[name])) for cols in (ref_columns, cur_columns) for name in names}
+    if len(lengths) != 1:
+        raise ValueError(f"Reference and current columns differ in length: {sorted(lengths)}")
+    both_labelled = "target" in ref_columns and "target" in cur_columns
+    if both_labelled and not np.array_equal(ref_columns["target"], cur_columns["target"]):
+        raise ValueError("Reference and current targets differ: not the same examples")
+    return lengths.pop()
+
+
+def _term_matrix(
+    metrics: Sequence[Metric], columns: Columns, num_classes: int | None, n: int
+) -> tuple[Any, list[list[tuple[int, int]]]]:
+    """Both models' per-example terms as one sparse ``(2n, width)`` matrix, and each metric's spans.
+
+    Rows 0..n-1 are the reference's examples, n..2n-1 the current's; term ``j`` of a metric owns
+    the columns ``[start, stop)`` of its span.
+    """
+    from scipy import sparse
+
+    rows, cols, data, spans = [], [], [], []
+    width = 0
+    for metric in metrics:
+        own = []
+        for term in metric.stats_fn(columns, num_classes):
+            key = np.zeros(2 * n, np.intp) if term.key is None else np.asarray(term.key, np.intp)
+            value = np.ones(2 * n) if term.value is None else np.asarray(term.value, np.float64)
+            rows.append(np.arange(2 * n))
+            cols.append(key + width)
+            data.append(value)
+            own.append((width, width + term.n_keys))
+            width += term.n_keys
+        spans.append(own)
+    matrix = sparse.csr_matrix(
+        (np.concatenate(data), (np.concatenate(rows), np.concatenate(cols))),
+        shape=(2 * n, width),
+    )
+    return matrix, spans
+
+
+def _reduce(
+    metrics: Sequence[Metric], spans: list[list[tuple[int, int]]], sums: FloatArray, n: int
+) -> FloatArray:
+    """Metric values, one column per metric, from rows of term sums."""
+    return np.stack(
+        [
+            metric.reduce_fn([sums[:, a:b] for a, b in own], n)
+            for metric, own in zip(metrics, spans, strict=True)
+        ],
+        axis=1,
+    )
+
+
+def swap_values(
+    metrics: Sequence[Metric],
+    ref_columns: Columns,
+    cur_columns: Columns,
+    *,
+    num_classes: int | None,
+    masks: Sequence[BoolArray | None] = (None,),
+    n_swaps: int = DEFAULT_SWAPS,
+    seed: int = 0,
+) -> list[SwapValues]:
+    """Every metric's values under ``n_swaps`` random per-example swaps, for each mask.
+
+    The swaps are drawn once over all examples and shared by every mask (a slice sees the swaps
+    of its own examples), so values of different metrics and slices are jointly distributed as
+    the null hypothesis says.
+
+    Args:
+        metrics: The metrics to evaluate.
+        ref_columns: Per-example columns of the reference model.
+        cur_columns: Per-example columns of the current model, same examples and order.
+        num_classes: Number of classes for classification metrics, else ``None``.
+        masks: Row selectors, one result each; ``None`` selects every example.
+        n_swaps: Number of random swap patterns (rows 1..R of each result).
+        seed: Seed of the swaps; equal inputs and seed give equal values.
+
+    Returns:
+        One :class:`SwapValues` per mask, in order.
+
+    Raises:
+        ValueError: If the columns do not describe the same examples or a column is missing.
+
+    """
+    if n_swaps < 0:
+        raise ValueError(f"n_swaps must be >= 0, got {n_swaps}")
+    names = sorted({name for metric in metrics for name in metric.required_columns})
+    for columns in (ref_columns, cur_columns):
+        missing = [name for name in names if name not in columns]
+        if missing:
+            raise ValueError(f"Metrics {[m.name for m in metrics]} need columns {missing}")
+    n = _check_pairs(ref_columns, cur_columns, names)
+    stacked = {
+        name: np.concatenate([np.asarray(ref_columns[name]), np.asarray(cur_columns[name])])
+        for name in names
+    }
+    matrix, spans = _term_matrix(metrics, stacked, num_classes, n)
+    reference, current = matrix[:n], matrix[n:]
+    difference = (current - reference).tocsr()
+    difference.eliminate_zeros()
+    changed = np.flatnonzero(np.diff(difference.indptr))  # examples the two models treat apart
+    width = matrix.shape[1]
+    selections = [np.ones(n, bool) if mask is None else np.asarray(mask, bool) for mask in masks]
+    results = []
+    for select in selections:
+        size = int(select.sum())
+        base_ref = np.asarray(select.astype(np.float64) @ reference).ravel()
+        base_cur = np.asarray(select.astype(np.float64) @ current).ravel()
+        ref_values = np.empty((n_swaps + 1, len(metrics)))
+        cur_values = np.empty((n_swaps + 1, len(metrics)))
+        ref_values[:] = _reduce(metrics, spans, base_ref[None, :], size)
+        cur_values[:] = _reduce(metrics, spans, base_cur[None, :], size)
+        inside = select[changed]
+        results.append((inside, base_ref, base_cur, size, ref_values, cur_values))
+    if changed.size and n_swaps:
+        rng = np.random.default_rng(seed)
+        moved = difference[changed]
+        # Each unit's moved examples, transposed once: a sparse (width, changed) matrix.
+        shifts = [moved[inside].T.tocsr() if inside.any() else None for inside, *_ in results]
+        block = max(1, _BLOCK_CELLS // max(changed.size, width))
+        for begin in range(1, n_swaps + 1, block):
+            rows = min(block, n_swaps + 1 - begin)
+            # One random byte gives eight fair swap decisions.
+            packed = rng.integers(0, 256, size=(rows, -(-changed.size // 8)), dtype=np.uint8)
+            swaps = np.unpackbits(packed, axis=1, count=changed.size).astype(np.float64)
+            for unit, (inside, base_ref, base_cur, size, ref_values, cur_values) in zip(
+                shifts, results, strict=True
+            ):
+                if unit is None:
+                    continue
+                shift = np.asarray((unit @ swaps[:, inside].T).T)
+                ref_values[begin : begin + rows] = _reduce(
+                    metrics, spans, base_ref[None, :] + shift, size
+                )
+                cur_values[begin : begin + rows] = _reduce(
+                    metrics, spans, base_cur[None, :] - shift, size
+                )
+    return [SwapValues(ref, cur, size) for _, _, _, size, ref, cur in results]
+
+
+def permutation_p_values(null_drops: FloatArray, observed: float) -> tuple[float, FloatArray]:
+    """One-sided p-values of a drop: the observed one and each swap's, from the swaps themselves.
+
+    The observed p-value is ``(1 + #{swapped drop >= observed}) / (R + 1)``, never 0 and exactly
+    valid under exchangeability. Each swap's own p-value (for the family correction) is the share
+    of swaps whose drop is at least as large. A NaN drop counts as "at least as large", which
+    keeps the test conservative; ties within 1e-12 relative count too.
+
+    Args:
+        null_drops: Drops under the R swaps, oriented so that positive means worse.
+        observed: The observed drop.
+
+    Returns:
+        ``(p_observed, p_of_each_swap)``; with no swaps, ``(1.0, empty)``.
+
+    """
+    size = null_drops.size
+    drops = np.where(np.isnan(null_drops), np.inf, null_drops)
+    if not np.isfinite(observed):
+        return 1.0, np.ones(size)
+    slack = 1e-12 * max(1.0, abs(observed))
+    p_observed = float((1 + np.count_nonzero(drops >= observed - slack)) / (size + 1))
+    own_slack = 1e-12 * np.maximum(1.0, np.abs(np.where(np.isfinite(drops), drops, 0.0)))
+    at_least = size - np.searchsorted(np.sort(drops), drops - own_slack, side="left")
+    return p_observed, at_least / max(size, 1)

@@ -1,0 +1,267 @@
+"""What the gate says: the verdict of one comparison, and the report of a gate run.
+
+- FAIL: the drop exceeds the tolerance and is significant after the family's correction.
+- INCONCLUSIVE: neither a regression nor a drop within tolerance is shown: the evalset is too
+  small or too noisy to tell (the message says what it could detect). Exit 0, or 1 when strict.
+- WARN: a significant drop within tolerance; or the same checkpoint on the same data gave
+  different predictions.
+- ERROR: not comparable (evalset changed, metric or predictions missing, evaluation failed).
+- PASS: the drop is shown to be within tolerance (its upper confidence bound is);
+  BASELINE for the first week of a model line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+from evalsentry.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
+
+OVERALL = ""
+BRIEF_REASON_CHARS = 60  # an ERROR's reason in a headline: enough for the cause, not its path
+
+
+class Verdict(StrEnum):
+    """Outcome of one comparison."""
+
+    PASS = "PASS"  # noqa: S105 - a verdict, not a password
+    BASELINE = "BASELINE"
+    WARN = "WARN"
+    INCONCLUSIVE = "INCONCLUSIVE"
+    FAIL = "FAIL"
+    ERROR = "ERROR"
+
+
+SEVERITY = {
+    Verdict.PASS: 0,
+    Verdict.BASELINE: 0,
+    Verdict.WARN: 1,
+    Verdict.INCONCLUSIVE: 2,
+    Verdict.FAIL: 3,
+    Verdict.ERROR: 4,
+}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One metric (or slice) of one evaluation against one reference."""
+
+    evaluation_id: str
+    week: str
+    model: str
+    version: int | None
+    evalset: str
+    reference: str  # previous-week | baseline | production | none
+    metric: str
+    verdict: Verdict
+    reason: str
+    slice: str = OVERALL
+    gating: bool = True
+    reference_evaluation_id: str | None = None
+    reference_week: str | None = None
+    reference_version: int | None = None
+    reference_value: float | None = None
+    value: float | None = None
+    delta: float | None = None
+    drop: float | None = None
+    tolerance: float | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    method: str | None = None
+    newly_wrong: int | None = None
+    newly_right: int | None = None
+    n: int | None = None
+    #: The one-sided upper confidence bound (1 - alpha) of the drop: PASS needs it within tolerance.
+    drop_bound: float | None = None
+    #: The true drop this comparison FAILs with 80% probability, inside its family.
+    detectable_drop: float | None = None
+    #: Regression metrics: newly wrong/right count examples whose absolute error grew/shrank by
+    #: more than this; None for classification, where they count prediction flips.
+    flip_delta: float | None = None
+
+    def row(self, run_id: str, created_at: Any) -> dict[str, Any]:
+        """The history row of this comparison."""
+        return {
+            **asdict(self),
+            "verdict": str(self.verdict),
+            "run_id": run_id,
+            "created_at": created_at,
+        }
+
+    @property
+    def label(self) -> str:
+        """``model/evalset metric[slice] vs reference``, for messages."""
+        who = self.who(with_evalset=True)
+        if self.metric == "*" and self.reference == "none":  # a verdict on the whole evaluation
+            return who
+        part = f"{self.metric}[{self.slice}]" if self.slice else self.metric
+        return f"{who}: {part} vs {self.reference}"
+
+    def who(self, *, with_evalset: bool) -> str:
+        """Which checkpoint: ``m@v3``, ``m (candidate file)``, and ``on <evalset>`` if asked.
+
+        Model ``*`` means no checkpoint ran: ``every checkpoint on <evalset>`` (an evalset
+        problem), or ``nothing evaluated`` when the evalset is ``*`` too.
+        """
+        if self.model == "*":
+            return (
+                "nothing evaluated"
+                if self.evalset == "*"
+                else f"every checkpoint on {self.evalset}"
+            )
+        who = (
+            f"{self.model}@v{self.version}"
+            if self.version is not None
+            else f"{self.model} (candidate file)"
+        )
+        return who + (f" on {self.evalset}" if with_evalset else "")
+
+    @property
+    def change(self) -> str:
+        """The signed change from the reference: percentage points for an accuracy-type metric.
+
+        An accuracy-type metric (a proportion of examples, tested by McNemar) changes by
+        ``-6.8 pts``; any other by the signed change of its value to 3 significant digits.
+        Empty when nothing was measured.
+        """
+        if self.delta is None:
+            return ""
+        if self.method == "mcnemar-exact":
+            return f"{self.delta * 100:+.1f} pts"
+        return f"{self.delta:+.3g}"
+
+    @property
+    def flips(self) -> str:
+        """``-3/+1``: examples newly wrong and newly right; empty when not counted.
+
+        For regression, examples whose error grew and shrank by more than ``flip_delta``:
+        ``-3/+1 by >0.05``.
+        """
+        if self.newly_wrong is None:
+            return ""
+        text = f"-{self.newly_wrong}/+{self.newly_right}"
+        return text + (f" by >{self.flip_delta:.3g}" if self.flip_delta is not None else "")
+
+    def brief(self, *, with_evalset: bool = False) -> str:
+        """A few words: verdict, who, metric, change (``FAIL m@v3 accuracy -6.8 pts (p=6e-11)``).
+
+        The reference is named unless it is the previous week; an ERROR adds its reason in
+        parentheses, cut to ``BRIEF_REASON_CHARS``.
+        """
+        words = [str(self.verdict), self.who(with_evalset=with_evalset)]
+        if self.metric != "*":
+            words.append(f"{self.metric}[{self.slice}]" if self.slice else self.metric)
+        if self.change:
+            words.append(self.change)
+            if self.reference not in ("previous-week", "none"):
+                words.append(f"vs {self.reference}")
+            if self.p_adjusted is not None:
+                words.append(f"(p={self.p_adjusted:.1g})")
+        text = " ".join(words)
+        if self.verdict == Verdict.ERROR and self.reason:
+            reason = self.reason
+            if len(reason) > BRIEF_REASON_CHARS:
+                reason = reason[: BRIEF_REASON_CHARS - 1].rstrip() + "…"
+            text += f" ({reason})"
+        return text
+
+    def describe(self) -> str:
+        """One line with the numbers behind the verdict."""
+        text = f"{self.verdict} {self.label}"
+        if self.value is not None and self.reference_value is not None:
+            text += f": {self.reference_value:.4f} -> {self.value:.4f} (drop {self.drop:+.4f}, tolerance {self.tolerance:.4f}"
+            if self.p_adjusted is not None:
+                text += f", p={self.p_adjusted:.2g} {self.method}"
+            if self.flips:
+                text += (
+                    f", {'worse/better' if self.flip_delta is not None else 'flips'} {self.flips}"
+                )
+            text += ")"
+        return text + (f"; {self.reason}" if self.reason else "")
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """Every comparison the gate made, and what they add up to.
+
+    ``strict`` makes an INCONCLUSIVE gating comparison a problem like a FAIL (exit 1, a failed
+    weekly run); otherwise it is reported and exits 0.
+    """
+
+    week: str
+    comparisons: list[Comparison]
+    strict: bool = False
+
+    def _with(self, verdict: Verdict) -> list[Comparison]:
+        return [c for c in self.comparisons if c.gating and c.verdict == verdict]
+
+    @property
+    def failures(self) -> list[Comparison]:
+        """Gating comparisons that FAILed."""
+        return self._with(Verdict.FAIL)
+
+    @property
+    def errors(self) -> list[Comparison]:
+        """Gating comparisons that were not comparable."""
+        return self._with(Verdict.ERROR)
+
+    @property
+    def warnings(self) -> list[Comparison]:
+        """Gating comparisons that WARNed."""
+        return self._with(Verdict.WARN)
+
+    @property
+    def inconclusive(self) -> list[Comparison]:
+        """Gating comparisons that could show neither a regression nor a drop within tolerance."""
+        return self._with(Verdict.INCONCLUSIVE)
+
+    @property
+    def verdict(self) -> Verdict:
+        """The worst gating verdict (PASS when there is nothing to compare)."""
+        gating = [c.verdict for c in self.comparisons if c.gating]
+        return max(gating, key=SEVERITY.__getitem__, default=Verdict.PASS)
+
+    @property
+    def exit_code(self) -> int:
+        """0 pass, warn or inconclusive; 1 a FAIL (or, when strict, an INCONCLUSIVE); 2 an ERROR."""
+        if self.errors:
+            return EXIT_USAGE
+        return EXIT_CHECK_FAILED if self.problems else EXIT_OK
+
+    @property
+    def problems(self) -> list[Comparison]:
+        """Gating ERRORs and FAILs (and INCONCLUSIVEs when strict), worst first.
+
+        Overall before slices, then in gate order.
+        """
+        bad = self.errors + self.failures + (self.inconclusive if self.strict else [])
+        return sorted(bad, key=lambda c: (-SEVERITY[c.verdict], c.slice != OVERALL))
+
+    def headline(self) -> str:
+        """One line that leads with the worst problem and counts the rest.
+
+        ``2026-W49: FAIL digits@v3 accuracy -6.8 pts (p=6e-11) and 3 more``; without a
+        problem, the verdict, the number of inconclusive comparisons (if any) and of warnings.
+        """
+        problems = self.problems
+        if not problems:
+            unsure = len(self.inconclusive)
+            counts = f"{unsure} inconclusive, " if unsure else ""
+            return f"{self.week}: {self.verdict}, {counts}{len(self.warnings)} warning(s)"
+        several = len({c.evalset for c in self.comparisons}) > 1
+        text = f"{self.week}: {problems[0].brief(with_evalset=several)}"
+        return text + (f" and {len(problems) - 1} more" if len(problems) > 1 else "")
+
+    def message(self, sep: str = "\n") -> str:
+        """The headline, then one line per FAIL and ERROR (model, evalset, metric, drop, p, flips).
+
+        INCONCLUSIVE comparisons follow, one line each (with what the evalset could detect),
+        whether or not they are problems.
+
+        Args:
+            sep: What joins the lines; ``" | "`` gives one line, for a log or a state message.
+        """
+        problems = self.problems
+        notes = [c for c in self.inconclusive if c not in problems]
+        return sep.join([self.headline()] + [c.describe() for c in problems + notes])

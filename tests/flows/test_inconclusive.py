@@ -1,0 +1,27 @@
+"""INCONCLUSIVE in the weekly flow: reported and Completed by default, Failed with gate.strict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flows.weekly_eval import weekly_eval
+
+
+def test_an_inconclusive_week_completes_unless_strict(toy_project: Path) -> None:
+    """300 rows cannot show an unchanged model within a 0.5-point tolerance: the run completes
+    saying so; with ``gate.strict: true`` the same week fails, naming the comparison."""
+    text = toy_project.read_text()
+    toy_project.write_text(text + "gate:\n  metrics:\n    accuracy: {max_drop: 0.005}\n")
+    assert weekly_eval(week="2026-W40", config=str(toy_project), return_state=True).is_completed()
+    state = weekly_eval(week="2026-W41", config=str(toy_project), return_state=True)
+    assert state.is_completed(), state.message
+    result = state.result()
+    assert result["verdict"] == "INCONCLUSIVE"
+    assert any("detects drops of about" in line for line in result["inconclusive"])
+
+    toy_project.write_text(
+        text + "gate:\n  strict: true\n  metrics:\n    accuracy: {max_drop: 0.005}\n"
+    )
+    strict = weekly_eval(week="2026-W41", config=str(toy_project), return_state=True)
+    assert strict.is_failed()
+    assert strict.message.startswith("2026-W41: INCONCLUSIVE toy-model@v1 accuracy")
