@@ -64,6 +64,16 @@ class TestRegisterCommand:
         assert code == 2
         assert "--factory-kwargs: not valid JSON" in capsys.readouterr().err
 
+    def test_factory_kwargs_without_factory_is_refused(
+        self, chdir_tmp: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--factory-kwargs alone would be ignored: one line, exit 2, nothing registered."""
+        argv = ["register", str(tiny_checkpoint), "--model", "tiny", "--factory-kwargs", "{}"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "given without --factory" in err
+        assert not (chdir_tmp / ".evalsentry" / "registry").exists()
+
 
 class TestUserErrors:
     def test_missing_checkpoint_is_one_line_exit_2(self, tmp_path: Path) -> None:

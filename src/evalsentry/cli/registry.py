@@ -17,6 +17,7 @@ from evalsentry.cli._app import (
     app,
     registry_app,
 )
+from evalsentry.errors import UsageError
 
 
 @app.command()
@@ -41,6 +42,11 @@ def register(
     """
     from evalsentry.registry import Registry
 
+    if factory_kwargs is not None and factory is None:
+        raise UsageError(
+            "--factory-kwargs: given without --factory, it would be ignored; pass both "
+            "(the kwargs are those of --factory)"
+        )
     settings = _config(config)
     entry = Registry(settings.registry_url).register(
         checkpoint,
