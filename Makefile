@@ -59,9 +59,9 @@ deploy: $(STAMP)
 	EVALSENTRY_PROJECT_DIR=$(CURDIR) $(BIN)/prefect --no-prompt deploy --all
 
 # The failed-week alert: a webhook block from EVALSENTRY_ALERT_WEBHOOK_URL and the automation in
-# automations/regression-alert.yaml posting one JSON summary per failed run to it. Re-run to update.
+# flows/regression-alert.yaml posting one JSON summary per failed run to it. Re-run to update.
 alerts: $(STAMP)
-	$(BIN)/python -m flows.alerts
+	$(BIN)/python -m evalsentry.flows.alerts
 
 # The weekly flow's worker (once): it polls the `default` queue of the `gpu` pool.
 worker: $(STAMP)

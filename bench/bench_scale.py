@@ -21,12 +21,12 @@ from pathlib import Path
 import torch
 
 from evalsentry.checkpoint import save_checkpoint
+from evalsentry.flows.dask_cluster import local_cluster
+from evalsentry.flows.weekly_eval import weekly_eval
 from evalsentry.registry import Registry
 from evalsentry.trust import Trust
 from examples.digits.model import DigitsCNN
 from examples.digits.train import DATA, FACTORY
-from flows.dask_cluster import local_cluster
-from flows.weekly_eval import weekly_eval
 
 TRUSTED_MODULE = "examples.digits.model"  # where DigitsCNN is defined
 TRUST = Trust([TRUSTED_MODULE])

@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 from evalsentry.config import load_config
+from evalsentry.flows.weekly_eval import weekly_eval
 from evalsentry.gate import Verdict, gate_week
 from evalsentry.history import History
 from evalsentry.registry import Registry
 from examples.digits.train import train
-from flows.weekly_eval import weekly_eval
 
 EVALSETS = Path(__file__).parents[1] / "evalsets"
 MODELS = ("digits-a", "digits-b", "digits-c")

@@ -1,8 +1,8 @@
 """Create the regression alert on a Prefect server: a webhook block and the automation using it.
 
-``python -m flows.alerts`` (``make alerts``) against the server of ``PREFECT_API_URL``: saves the
+``python -m evalsentry.flows.alerts`` (``make alerts``) against the server of ``PREFECT_API_URL``: saves the
 webhook block ``evalsentry-alert`` with the URL in ``EVALSENTRY_ALERT_WEBHOOK_URL``, then creates
-the automation of ``automations/regression-alert.yaml`` with that block's id. Running it again
+the automation of ``regression-alert.yaml`` (next to this module) with that block's id. Running it again
 updates both in place; it never makes a second block or automation.
 """
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 URL_VARIABLE = "EVALSENTRY_ALERT_WEBHOOK_URL"
 BLOCK_NAME = "evalsentry-alert"
-AUTOMATION_FILE = Path(__file__).parents[1] / "automations" / "regression-alert.yaml"
+AUTOMATION_FILE = Path(__file__).with_name("regression-alert.yaml")
 # The call-webhook action sends its rendered payload as a raw body: say that it is JSON.
 HEADERS = {"Content-Type": "application/json"}
 
@@ -87,7 +87,7 @@ def apply_automation(automation: AutomationCore) -> UUID:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Set up the block and the automation; 0 on success, 2 with a message when it cannot."""
-    parser = argparse.ArgumentParser(prog="python -m flows.alerts", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m evalsentry.flows.alerts", description=__doc__)
     parser.add_argument("--file", type=Path, default=AUTOMATION_FILE, help="automation YAML")
     parser.add_argument("--block", default=BLOCK_NAME, help="name of the webhook block")
     args = parser.parse_args(argv)

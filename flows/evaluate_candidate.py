@@ -9,21 +9,20 @@ from prefect import flow, get_run_logger, runtime
 
 from evalsentry.config import load_config
 from evalsentry.cost import CostMeter
-from evalsentry.errors import HistoryError, RegistryError
-from evalsentry.evalsets import list_evalsets
+from evalsentry.errors import UsageError
+from evalsentry.flows.runs import RUN_ID_CHARS, fail, short_id
 from evalsentry.gate import GateReport
 from evalsentry.history import History, iso_week, now_utc
 from evalsentry.names import check_name
-from evalsentry.pipeline import Target, check_model_line, new_run_id
+from evalsentry.pipeline import Target, check_model_line, evalsets_for, new_run_id
 from evalsentry.registry import Registry
 from evalsentry.storage import sha256_file
-from flows.runs import RUN_ID_CHARS, fail, short_id
-from tasks import events
-from tasks.evalsets import load_evalset, validate_evalset
-from tasks.evaluate import evaluate, on_device
-from tasks.gate import gate_candidate
-from tasks.history import write_comparisons, write_history
-from tasks.report import publish_report
+from evalsentry.tasks import events
+from evalsentry.tasks.evalsets import load_evalset, validate_evalset
+from evalsentry.tasks.evaluate import evaluate, on_device
+from evalsentry.tasks.gate import gate_candidate
+from evalsentry.tasks.history import write_comparisons, write_history
+from evalsentry.tasks.report import publish_report
 
 SHA_CHARS = 8  # of the checkpoint's sha256 in the run name, as `git log --oneline` shortens
 
@@ -60,11 +59,11 @@ def evaluate_candidate(
         history.check_root()
         if not new_model:
             check_model_line(model, Registry(settings.registry_url), history)
-    except (HistoryError, RegistryError) as exc:
+        names = evalsets_for(model, settings, evalsets)
+    except UsageError as exc:  # an unusable store, an unknown model line, no evalset for it
         return fail(f"{iso_week()}: ERROR {model} candidate not evaluated", [str(exc)])
     week, run_id = iso_week(), new_run_id()
     target = Target(model, str(Path(checkpoint).resolve()))
-    names = evalsets or list_evalsets(settings.evalsets_dir)
     meter, inference = CostMeter(), on_device(evaluate, device)
     outcomes, validations, comparisons = [], {}, []
     try:

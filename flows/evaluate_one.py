@@ -13,9 +13,9 @@ from prefect import flow
 from evalsentry.config import load_config
 from evalsentry.pipeline import Target
 from evalsentry.registry import Registry
-from tasks.evalsets import load_evalset, validate_evalset
-from tasks.evaluate import evaluate, on_device
-from tasks.history import write_history
+from evalsentry.tasks.evalsets import load_evalset, validate_evalset
+from evalsentry.tasks.evaluate import evaluate, on_device
+from evalsentry.tasks.history import write_history
 
 
 # The parent's run id, shortened, tells apart the children of a re-run or a backfill of a week.

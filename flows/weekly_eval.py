@@ -13,22 +13,36 @@ from prefect.context import FlowRunContext
 from evalsentry.config import Config, load_config
 from evalsentry.cost import CostMeter
 from evalsentry.drift import DriftResult
-from evalsentry.errors import EvalsentryError, HistoryError, RegistryError, UsageError
+from evalsentry.errors import (
+    ConfigError,
+    EvalsentryError,
+    HistoryError,
+    RegistryError,
+    UsageError,
+)
 from evalsentry.evalsets import Evalset, list_evalsets
+from evalsentry.flows.dask_cluster import dask_runner
+from evalsentry.flows.runs import RUN_ID_CHARS, fail, short_id
 from evalsentry.gate import Comparison, GateReport, Verdict
 from evalsentry.history import History, iso_week, now_utc
 from evalsentry.names import check_week
-from evalsentry.pipeline import WEEKLY_STAGES, Outcome, Target, new_run_id
-from flows.dask_cluster import dask_runner
-from flows.runs import RUN_ID_CHARS, fail, short_id
-from tasks import events
-from tasks.drift import check_drift
-from tasks.evalsets import load_evalset, validate_evalset
-from tasks.evaluate import evaluate, on_device
-from tasks.gate import gate_week
-from tasks.history import write_comparisons, write_drift, write_history
-from tasks.registry import resolve_targets
-from tasks.report import publish_report
+from evalsentry.pipeline import (
+    WEEKLY_STAGES,
+    Outcome,
+    Target,
+    binding_text,
+    check_bindings,
+    new_run_id,
+    pair_targets,
+)
+from evalsentry.tasks import events
+from evalsentry.tasks.drift import check_drift
+from evalsentry.tasks.evalsets import load_evalset, validate_evalset
+from evalsentry.tasks.evaluate import evaluate, on_device
+from evalsentry.tasks.gate import gate_week
+from evalsentry.tasks.history import write_comparisons, write_drift, write_history
+from evalsentry.tasks.registry import resolve_targets
+from evalsentry.tasks.report import publish_report
 
 
 def resolve_week(week: str | None) -> str:
@@ -74,17 +88,18 @@ def _verdict(report: GateReport, drifted: Sequence[DriftResult]) -> State:
     return fail(headline, [c.describe() for c in report.problems] + drift)
 
 
-def _invalid(evalset: str, week: str, error: str) -> Comparison:
+def _not_evaluated(model: str, evalset: str, week: str, reason: str) -> Comparison:
+    """The ERROR of something this week could not evaluate at all (an invalid evalset, an unbound model)."""
     return Comparison(
         evaluation_id="",
         week=week,
-        model="*",
+        model=model,
         version=None,
         evalset=evalset,
         reference="none",
         metric="*",
         verdict=Verdict.ERROR,
-        reason=f"evalset invalid, nothing evaluated: {error}",
+        reason=reason,
     )
 
 
@@ -185,7 +200,9 @@ def _validate_all(
         except EvalsentryError as exc:
             get_run_logger().error("evalset %s is invalid: %s", name, exc)
             validations[name] = {"success": False, "error": str(exc)}
-            invalid.append(_invalid(name, week, str(exc)))
+            invalid.append(
+                _not_evaluated("*", name, week, f"evalset invalid, nothing evaluated: {exc}")
+            )
             events.evalset_invalid(name, str(exc), week)
     return validations, invalid
 
@@ -254,26 +271,33 @@ def weekly_eval(
         targets = resolve_targets(settings.registry_url, models, list(stages))
     except RegistryError as exc:  # nothing to evaluate is never a pass
         return fail(f"{week}: ERROR nothing to evaluate", [str(exc)])
-    names = evalsets or list_evalsets(settings.evalsets_dir)
+    available = list_evalsets(settings.evalsets_dir)
+    try:
+        check_bindings(settings, available)
+    except ConfigError as exc:
+        return fail(f"{week}: ERROR a model is bound to a missing evalset", [str(exc)])
+    pairs, unbound = pair_targets(targets, settings, available, evalsets)
+    # A named evalset that does not exist is validated anyway: its ERROR says so.
+    names = sorted({name for _, name in pairs} | set(evalsets or ()) - set(available))
     logger.info(
-        "%s: %d checkpoint(s) x %d evalset(s), history run id %s",
+        "%s: %d evaluation(s) of %d checkpoint(s) on %d evalset(s), history run id %s",
         week,
+        len(pairs),
         len(targets),
         len(names),
         run_id,
     )
+    for reason in unbound.values():
+        logger.error(reason)
 
-    validations, invalid = _validate_all(names, settings.evalsets_dir, week)
+    validations, not_evaluated = _validate_all(names, settings.evalsets_dir, week)
+    not_evaluated += [_not_evaluated(model, "*", week, reason) for model, reason in unbound.items()]
     loaded = {
         name: load_evalset(name, settings.evalsets_dir)
         for name in names
         if validations[name].get("success")
     }
-    jobs = [
-        (target, evalset, validations[name])
-        for name, evalset in loaded.items()
-        for target in targets
-    ]
+    jobs = [(target, loaded[name], validations[name]) for target, name in pairs if name in loaded]
     outcomes = _evaluate_and_record(
         jobs, settings, run_id, week, device, config, task_runner, dask_address, fan_out
     )
@@ -288,10 +312,12 @@ def weekly_eval(
             events.checkpoint_failed(outcome.evaluation)
 
     report = gate_week(settings.store_url, week, settings.gate, settings.evalsets_dir, models)
-    # When every evalset was invalid, their ERROR rows say why nothing ran; the gate's
-    # "nothing evaluated" would only repeat it.
+    # When nothing ran because of invalid evalsets or unbound models, their ERROR rows say
+    # why; the gate's "nothing evaluated" would only repeat it.
     report = GateReport(
-        week, invalid + (report.comparisons if outcomes or not invalid else []), report.strict
+        week,
+        not_evaluated + (report.comparisons if outcomes or not not_evaluated else []),
+        report.strict,
     )
     created = now_utc()
     write_comparisons(
@@ -309,6 +335,7 @@ def weekly_eval(
         run_name=runtime.flow_run.name or f"weekly-eval-{week}-{run_id[:RUN_ID_CHARS]}",
         drifts=drifts,
         config=settings,
+        bindings={t.model: binding_text(t.model, settings, available) for t in targets},
     )
     logger.info("report: %s", location)
     # INCONCLUSIVE is reported like a WARN (the run completes) unless gate.strict is set,

@@ -10,7 +10,7 @@ from prefect.cache_policies import NO_CACHE
 from evalsentry import pipeline
 from evalsentry.pipeline import Target
 from evalsentry.registry import Registry
-from tasks import unless_usage_error
+from evalsentry.tasks import unless_usage_error
 
 
 @task(

@@ -36,18 +36,21 @@ def publish_report(
     key_prefix: str = "weekly-eval",
     drifts: Sequence[DriftResult] = (),
     config: Config | None = None,
+    bindings: Mapping[str, str] | None = None,
 ) -> str:
     """Write this run's Markdown (and, with ``config``, HTML) report and the week's latest copy.
+
+    ``bindings`` (model line -> its evalsets, in words) is shown at the top of both.
 
     Publishes the Markdown as an artifact, the overall metrics as a table, and a link to this
     run's report file (HTML when written). Returns that file's URL.
     """
     evaluations = [o.evaluation for o in outcomes]
     metrics = [m for o in outcomes for m in o.metrics]
-    markdown = weekly_markdown(report, evaluations, metrics, validations, drifts)
+    markdown = weekly_markdown(report, evaluations, metrics, validations, drifts, bindings)
     files = {".md": markdown.encode()}
     if config is not None:
-        files[".html"] = render_report(History(store_url), report).encode()
+        files[".html"] = render_report(History(store_url), report, bindings).encode()
     fs, root = filesystem(store_url)
     this_run, latest = file_stem(run_name), f"{key_prefix}-{report.week}"
     for suffix, data in files.items():

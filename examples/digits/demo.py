@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from evalsentry.config import load_config
+from evalsentry.flows.runs import outcome_line
+from evalsentry.flows.weekly_eval import weekly_eval
 from evalsentry.history import iso_week, now_utc
 from evalsentry.registry import Registry
 from examples.digits.train import train
-from flows.runs import outcome_line
-from flows.weekly_eval import weekly_eval
 
 EVALSETS = Path(__file__).parents[2] / "evalsets"
 LIVE_SAMPLE = Path(__file__).parent / "live" / "week-sample.parquet"

@@ -161,6 +161,15 @@ class CostRates(BaseModel):
     )
 
 
+class ModelBinding(BaseModel):
+    """One model line's settings: the evalsets it is evaluated on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    evalsets: list[str] = Field(
+        min_length=1, description="the evalsets this model is evaluated on, and only these"
+    )
+
+
 class Config(BaseModel):
     """``evalsentry.yaml``."""
 
@@ -171,6 +180,11 @@ class Config(BaseModel):
     gate: GatePolicy = GatePolicy()
     cost: CostRates = CostRates()
     drift: DriftPolicy = DriftPolicy()
+    models: dict[str, ModelBinding] = Field(
+        default_factory=dict,
+        description="model line -> its evalsets; an unbound model runs on the only evalset, "
+        "and is an error where there are several",
+    )
     inference_timeout_s: float = Field(
         DEFAULT_INFERENCE_TIMEOUT_S,
         gt=0,
@@ -232,7 +246,13 @@ class Config(BaseModel):
             tuple(self.trusted_factories),
             self.max_checkpoint_bytes,
             self._source or str(Path(self.root).resolve() / CONFIG_FILE),
+            str(Path(self.root).resolve()),
         )
+
+    def bound_evalsets(self, model: str) -> list[str] | None:
+        """The evalsets ``model`` is bound to in ``models:``; None when it is not bound."""
+        binding = self.models.get(model)
+        return list(binding.evalsets) if binding is not None else None
 
     @property
     def store_url(self) -> str:

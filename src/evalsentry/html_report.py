@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import io
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -228,7 +229,9 @@ def _num(value: float | None, spec: str = ".4f") -> str:
     )
 
 
-def render_report(history: History, report: GateReport) -> str:
+def render_report(
+    history: History, report: GateReport, bindings: Mapping[str, str] | None = None
+) -> str:
     """The HTML report of ``report``'s week: its verdicts, with trends and the rest from the history.
 
     It renders the gate report it is given (the one the weekly flow computed and published in
@@ -275,6 +278,11 @@ def render_report(history: History, report: GateReport) -> str:
     ]
     if gating:
         body.append(_table(["verdict", "what"], [[c.verdict, c.describe()] for c in gating]))
+    if bindings:
+        body.append("<h2>Model lines</h2>")
+        body.append(
+            _table(["model", "evaluated on"], [[m, b] for m, b in sorted(bindings.items())])
+        )
     body += sections
     body.append("<h2>Live-data drift</h2>")
     body.append(

@@ -1,7 +1,8 @@
 """What the CLI needs to start flows without importing Prefect itself.
 
-The library never imports Prefect; these helpers import the project's ``flows`` modules by
-name (from the current folder, like ``python -m``) and check the Prefect API before a run.
+The library never imports Prefect; these helpers import evalsentry's installed Prefect side
+(``evalsentry.flows``, built from this repository's ``flows/``) by name, and check the Prefect
+API before a run.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def ensure_prefect_api() -> bool:
     to start on a fresh machine, and turn its telemetry off (unless set otherwise).
 
     Returns:
-        True when Prefect will start a temporary server (``flows.temporary_server`` ties it to
+        True when Prefect will start a temporary server (``evalsentry.flows.temporary_server`` ties it to
         this process), False when PREFECT_API_URL answers.
     """
     url = os.environ.get(API_URL_ENV)
@@ -55,10 +56,10 @@ def ensure_prefect_api() -> bool:
 
 
 def import_flow(module: str, name: str) -> Callable[..., Any]:
-    """Import ``module:name`` from the project the command runs in."""
+    """Import ``module:name`` of evalsentry's Prefect side."""
     try:
         return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
     except ModuleNotFoundError as exc:
         raise UsageError(
-            f"cannot import {module} ({exc}); run evalsentry from the project root, where flows/ is"
+            f"cannot import {module} ({exc}); reinstall evalsentry: its flows come with the package"
         ) from None

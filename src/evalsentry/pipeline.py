@@ -22,7 +22,14 @@ import numpy as np
 from evalsentry import __version__
 from evalsentry.config import Config
 from evalsentry.cost import CostMeter, cost_fields
-from evalsentry.errors import NothingToEvaluate, NotRegistered, RegistryError, did_you_mean
+from evalsentry.errors import (
+    ConfigError,
+    NothingToEvaluate,
+    NotRegistered,
+    RegistryError,
+    UsageError,
+    did_you_mean,
+)
 from evalsentry.history import History, now_utc
 
 if TYPE_CHECKING:
@@ -107,6 +114,111 @@ def resolve_targets(
             "`evalsentry registry promote MODEL VERSION`"
         )
     return targets
+
+
+def check_bindings(config: Config, available: Sequence[str]) -> None:
+    """Refuse a ``models:`` binding that names an evalset the project does not have.
+
+    Raises:
+        ConfigError: naming the config file, the field and the closest evalset.
+    """
+    for model, binding in config.models.items():
+        for name in binding.evalsets:
+            if name not in available:
+                raise ConfigError(
+                    config.trust.config_file,
+                    f"models.{model}.evalsets",
+                    f"{name!r} is not an evalset in {config.evalsets_dir} "
+                    f"(there: {', '.join(available) or 'none'}).{did_you_mean(name, available)}"
+                    " Freeze it, or bind the model to one that exists",
+                )
+
+
+def bound_evalsets(model: str, config: Config, available: Sequence[str]) -> list[str] | None:
+    """The evalsets ``model`` runs on: its ``models:`` binding, else the only evalset there is.
+
+    None when it is unbound and the project has several evalsets: which one fits the model's
+    inputs is the team's decision, never a guess.
+    """
+    bound = config.bound_evalsets(model)
+    if bound is not None:
+        return bound
+    return list(available) if len(available) <= 1 else None
+
+
+def binding_text(model: str, config: Config, available: Sequence[str]) -> str:
+    """How ``model`` is tied to its evalsets, in words, for listings and reports."""
+    bound = config.bound_evalsets(model)
+    if bound is not None:
+        return ", ".join(bound)
+    if len(available) == 1:
+        return f"{available[0]} (the only evalset; unbound)"
+    return "unbound"
+
+
+def unbound_reason(model: str, config: Config, available: Sequence[str]) -> str:
+    """Why an unbound model runs on nothing, and the line that fixes it."""
+    import difflib
+
+    example = next(iter(difflib.get_close_matches(model, available, n=1)), "EVALSET")
+    return (
+        f"model {model!r} is bound to no evalset and {config.evalsets_dir} holds "
+        f"{len(available)} ({', '.join(available)}); nothing was evaluated. Bind it in "
+        f"{config.trust.config_file}: models: {{{model}: {{evalsets: [{example}]}}}}"
+    )
+
+
+def pair_targets(
+    targets: Sequence[Target],
+    config: Config,
+    available: Sequence[str],
+    selected: Sequence[str] | None = None,
+) -> tuple[list[tuple[Target, str]], dict[str, str]]:
+    """Each checkpoint with the evalsets its model is bound to (of ``selected``, default all).
+
+    Returns:
+        The (checkpoint, evalset name) pairs to evaluate, and for each model that is bound to
+        nothing while there are several evalsets, the reason it is an ERROR.
+    """
+    wanted = set(selected) if selected is not None else set(available)
+    pairs: list[tuple[Target, str]] = []
+    unbound: dict[str, str] = {}
+    for target in targets:
+        names = bound_evalsets(target.model, config, available)
+        if names is None:
+            unbound[target.model] = unbound_reason(target.model, config, available)
+            continue
+        pairs += [(target, name) for name in names if name in wanted]
+    return pairs, unbound
+
+
+def evalsets_for(model: str, config: Config, selected: Sequence[str] | None = None) -> list[str]:
+    """The evalsets one checkpoint of ``model`` is evaluated on (a candidate run): its binding.
+
+    ``selected`` narrows them; naming an evalset the model is not bound to is refused.
+
+    Raises:
+        UsageError: no evalset exists, the model is unbound among several, or ``selected``
+            names one outside its binding.
+        ConfigError: a binding names a missing evalset.
+    """
+    from evalsentry.evalsets import list_evalsets
+
+    available = list_evalsets(config.evalsets_dir)
+    if not available:
+        raise UsageError(f"{config.evalsets_dir}: no evalsets found; freeze one first")
+    check_bindings(config, available)
+    names = bound_evalsets(model, config, available)
+    if names is None:
+        raise UsageError(unbound_reason(model, config, available))
+    for name in selected or ():
+        if name not in names:
+            raise UsageError(
+                f"model {model!r} is evaluated on {', '.join(names)} only; {name!r} is not one "
+                f"of them.{did_you_mean(name, names)} Change its binding in "
+                f"{config.trust.config_file} (models:) to evaluate it there"
+            )
+    return [name for name in names if not selected or name in selected]
 
 
 def check_model_line(model: str, registry: Registry, history: History) -> None:

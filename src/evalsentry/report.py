@@ -310,11 +310,13 @@ def weekly_markdown(
     metrics: Sequence[Mapping[str, Any]],
     validations: Mapping[str, Mapping[str, Any]],
     drifts: Sequence[Any] = (),
+    bindings: Mapping[str, str] | None = None,
 ) -> str:
     """The weekly report, headline and compact summary first, then the details.
 
-    The summary fits the Prefect UI's artifact panel; below it come the gate's full table
-    (tolerance, p, flips, why), metrics with CIs, lineage, cost, data validation and drift.
+    The summary fits the Prefect UI's artifact panel; below it come the model lines and the
+    evalsets each is bound to, the gate's full table (tolerance, p, flips, why), metrics with
+    CIs, lineage, cost, data validation and drift.
     """
     details = gate_markdown(report, include_slices=False).rstrip().splitlines()
     if details and details[0].startswith("#"):  # its heading: this report has its own
@@ -326,6 +328,16 @@ def weekly_markdown(
         "",
         *summary_table(report),
         "",
+        *(
+            [
+                "### Model lines",
+                "",
+                *_table(["model", "evaluated on"], sorted(bindings.items())),
+                "",
+            ]
+            if bindings
+            else []
+        ),
         "### Gate details",
         *details,
         "",

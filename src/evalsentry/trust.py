@@ -52,11 +52,15 @@ class Trust:
         factories: module names and ``module:attr`` entries (``trusted_factories``).
         max_checkpoint_bytes: limit on a checkpoint file and on what its archive inflates to.
         config_file: where the list is kept, named in refusals.
+        project: the folder holding ``config_file``: trusted modules are imported from it
+            first (a team's ``models.py`` beside its ``evalsentry.yaml``), from any working
+            directory and in any worker process.
     """
 
     factories: tuple[str, ...] = ()
     max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES
     config_file: str = "evalsentry.yaml"
+    project: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "factories", tuple(self.factories))  # a list is fine too
@@ -95,6 +99,8 @@ class Trust:
         import torch
 
         module, _ = self.check(factory)
+        if self.project and self.project not in sys.path:
+            sys.path.insert(0, self.project)
         target = import_factory(factory)
         if isinstance(target, type):
             if not issubclass(target, torch.nn.Module):

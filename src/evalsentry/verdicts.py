@@ -102,7 +102,8 @@ class Comparison:
         """Which checkpoint: ``m@v3``, ``m (candidate file)``, and ``on <evalset>`` if asked.
 
         Model ``*`` means no checkpoint ran: ``every checkpoint on <evalset>`` (an evalset
-        problem), or ``nothing evaluated`` when the evalset is ``*`` too.
+        problem), or ``nothing evaluated`` when the evalset is ``*`` too. Evalset ``*`` alone
+        means that model line ran on nothing (``model m``: it is bound to no evalset).
         """
         if self.model == "*":
             return (
@@ -110,6 +111,8 @@ class Comparison:
                 if self.evalset == "*"
                 else f"every checkpoint on {self.evalset}"
             )
+        if self.evalset == "*" and self.version is None:
+            return f"model {self.model}"
         who = (
             f"{self.model}@v{self.version}"
             if self.version is not None

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 from evalsentry.config import load_config
+from evalsentry.flows.weekly_eval import weekly_eval
 from evalsentry.history import History
 from evalsentry.registry import Registry
-from flows.weekly_eval import weekly_eval
 from tests.models import TRUST, SleepingNet
 from tests.unit.test_pipeline import BROKEN, save_model
 

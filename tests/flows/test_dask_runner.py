@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from evalsentry.config import load_config
+from evalsentry.flows.dask_cluster import TRIM_ENV, WORKER_CONFIG, current_api_url, local_cluster
+from evalsentry.flows.weekly_eval import weekly_eval
 from evalsentry.history import History
 from evalsentry.registry import Registry
-from flows.dask_cluster import TRIM_ENV, WORKER_CONFIG, current_api_url, local_cluster
-from flows.weekly_eval import weekly_eval
 from tests.flows.api import task_runs
 from tests.models import TRUST, TRUSTED_YAML
 

@@ -37,7 +37,8 @@ def test_every_deployment_parses_and_its_entrypoint_imports() -> None:
     assert set(deployments) == {"weekly-eval", "evaluate-candidate", "evaluate-one"}
     for deployment in deployments.values():
         path, name = deployment["entrypoint"].split(":")
-        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        assert path.startswith("evalsentry.flows.")  # a module of the installed package
+        module = importlib.import_module(path)
         flow = getattr(module, name)
         assert isinstance(flow, Flow)
         assert deployment["work_pool"]["name"] == "gpu"
@@ -57,9 +58,9 @@ def test_automation_example_is_valid_for_the_prefect_api() -> None:
 
     from evalsentry.alerts import summary
     from evalsentry.gate import Comparison, GateReport, Verdict
-    from tasks.events import WEEK_FAILED
+    from evalsentry.tasks.events import WEEK_FAILED
 
-    document = yaml.safe_load((ROOT / "automations" / "regression-alert.yaml").read_text())
+    document = yaml.safe_load((ROOT / "flows" / "regression-alert.yaml").read_text())
     automation = AutomationCore.model_validate(document)
     assert automation.trigger.expect == {WEEK_FAILED}  # type: ignore[union-attr]
     (action,) = automation.actions

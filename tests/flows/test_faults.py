@@ -16,9 +16,9 @@ import torch
 
 from evalsentry.checkpoint import save_checkpoint
 from evalsentry.config import load_config
+from evalsentry.flows.weekly_eval import weekly_eval
 from evalsentry.history import History
 from evalsentry.registry import Registry
-from flows.weekly_eval import weekly_eval
 from tests.models import TRUST, Marker, TinyNet
 from tests.unit.test_evalsets import rewrite
 

@@ -18,9 +18,9 @@ import torch
 
 from evalsentry.cli import main
 from evalsentry.config import load_config
+from evalsentry.flows.weekly_eval import weekly_eval
 from evalsentry.history import History
 from evalsentry.registry import Registry
-from flows.weekly_eval import weekly_eval
 from tests.hostile import (
     SMALL_LIMIT,
     assert_nothing_ran,

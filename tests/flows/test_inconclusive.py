@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flows.weekly_eval import weekly_eval
+from evalsentry.flows.weekly_eval import weekly_eval
 
 
 def test_an_inconclusive_week_completes_unless_strict(toy_project: Path) -> None:

@@ -15,8 +15,8 @@ import pytest
 
 from evalsentry.cli import main
 from evalsentry.config import load_config
+from evalsentry.flows.weekly_eval import weekly_eval
 from evalsentry.registry import Registry
-from flows.weekly_eval import weekly_eval
 from tests.models import TRUST, TRUSTED_YAML
 
 BUCKET = "evalsentry-test"

@@ -14,11 +14,11 @@ import torch
 from prefect.client.orchestration import get_client
 
 from evalsentry.config import load_config
+from evalsentry.flows.evaluate_candidate import evaluate_candidate
+from evalsentry.flows.weekly_eval import weekly_eval
 from evalsentry.history import History, iso_week
 from evalsentry.registry import Registry
-from flows.evaluate_candidate import evaluate_candidate
-from flows.weekly_eval import weekly_eval
-from tasks.evaluate import evaluate, on_device
+from evalsentry.tasks.evaluate import evaluate, on_device
 from tests.flows.api import task_runs
 from tests.flows.test_s3_store import s3_endpoint, s3_project  # noqa: F401 - fixtures, moto on loopback
 from tests.models import TRUST
@@ -335,7 +335,7 @@ def test_a_verdict_is_one_state_line_and_one_log_record_per_detail() -> None:
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
     from prefect.logging.handlers import APILogWorker
 
-    from flows.runs import fail
+    from evalsentry.flows.runs import fail
 
     @flow
     def judged() -> object:

@@ -1,4 +1,4 @@
-"""One failed week, one POST: `python -m flows.alerts` on a real server, worker and HTTP listener."""
+"""One failed week, one POST: `python -m evalsentry.flows.alerts` on a real server, worker and HTTP listener."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from evalsentry.flows.alerts import BLOCK_NAME, URL_VARIABLE
 from evalsentry.registry import Registry
-from flows.alerts import BLOCK_NAME, URL_VARIABLE
 from tests.integration.prefect_server import ROOT, api, free_port, run_week
 from tests.models import TRUST, TRUSTED_YAML
 
@@ -67,9 +67,9 @@ def listener() -> Iterator[Listener]:
 
 
 def _alerts_command(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """`python -m flows.alerts` (what `make alerts` runs) with ``env``."""
+    """`python -m evalsentry.flows.alerts` (what `make alerts` runs) with ``env``."""
     return subprocess.run(
-        [sys.executable, "-m", "flows.alerts"],
+        [sys.executable, "-m", "evalsentry.flows.alerts"],
         env=env,
         cwd=ROOT,
         capture_output=True,

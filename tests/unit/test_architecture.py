@@ -32,3 +32,29 @@ def test_importing_the_package_and_cli_loads_no_heavy_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_flows_and_tasks_are_imported_only_as_the_installed_package() -> None:
+    """`flows/` and `tasks/` are `evalsentry.flows`/`evalsentry.tasks`: no code imports them by
+    their folder names, which would load a second copy of each flow and miss it once installed."""
+    root = SRC.parents[1]
+    offenders = []
+    for folder in ("src", "flows", "tasks", "tests", "bench", "examples"):
+        for path in (root / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names = [node.module]
+                offenders += [
+                    f"{path.relative_to(root)}: {n}"
+                    for n in names
+                    if n.split(".")[0] in ("flows", "tasks")
+                ]
+    assert offenders == []
+    import evalsentry.flows.weekly_eval
+    import evalsentry.tasks.evaluate
+
+    assert Path(evalsentry.flows.weekly_eval.__file__).parent == root / "flows"
+    assert Path(evalsentry.tasks.evaluate.__file__).parent == root / "tasks"

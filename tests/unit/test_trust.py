@@ -124,7 +124,7 @@ class TestConfig:
         file = tmp_path / "custom.yaml"
         file.write_text(TRUSTED_YAML + "max_checkpoint_bytes: 1000\n")
         trust = load_config(file).trust
-        assert trust == Trust(TRUSTED_FACTORIES, 1000, str(file.resolve()))
+        assert trust == Trust(TRUSTED_FACTORIES, 1000, str(file.resolve()), str(tmp_path.resolve()))
         assert Config().max_checkpoint_bytes == DEFAULT_MAX_CHECKPOINT_BYTES == 8 * 2**30
 
     @pytest.mark.parametrize(

@@ -71,7 +71,10 @@ def evaluate_command(
     model: Annotated[
         str, typer.Option(help="Model line to compare with (its production result and baseline).")
     ],
-    evalset: Annotated[list[str] | None, typer.Option(help="Evalset(s) (default: all).")] = None,
+    evalset: Annotated[
+        list[str] | None,
+        typer.Option(help="Evalset(s) of the model's binding (default: all it is bound to)."),
+    ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     junit: JunitOption = None,
     markdown: MarkdownOption = None,
@@ -91,13 +94,14 @@ def evaluate_command(
     Exit 0 pass or warn, 1 a regression, 2 not comparable or unusable input.
     """
     from evalsentry.cost import CostMeter
-    from evalsentry.evalsets import check_evalset, list_evalsets, load_evalset
+    from evalsentry.evalsets import check_evalset, load_evalset
     from evalsentry.gate import GateReport, gate_candidate
     from evalsentry.history import iso_week
     from evalsentry.names import check_name
     from evalsentry.pipeline import (
         Target,
         check_model_line,
+        evalsets_for,
         evaluate_checkpoint,
         new_run_id,
         record,
@@ -108,9 +112,7 @@ def evaluate_command(
     check_name("model", model)
     if not new_model:
         check_model_line(model, Registry(settings.registry_url), history)
-    names = evalset or list_evalsets(settings.evalsets_dir)
-    if not names:
-        raise UsageError(f"{settings.evalsets_dir}: no evalsets found; freeze one first")
+    names = evalsets_for(model, settings, evalset)
     run_id, week, meter, comparisons = new_run_id(), iso_week(), CostMeter(), []
     try:
         for name in names:

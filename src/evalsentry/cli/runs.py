@@ -36,10 +36,10 @@ def run(
     if week is not None:
         check_week(week)
     temporary = ensure_prefect_api()
-    _something_to_evaluate(config, model)
+    _something_to_evaluate(config, model, evalset)
     if temporary:
-        import_flow("flows.temporary_server", "tie_temporary_server")()
-    weekly_eval = import_flow("flows.weekly_eval", "weekly_eval")
+        import_flow("evalsentry.flows.temporary_server", "tie_temporary_server")()
+    weekly_eval = import_flow("evalsentry.flows.weekly_eval", "weekly_eval")
     state = weekly_eval(
         week=week,
         models=model,
@@ -48,24 +48,33 @@ def run(
         config=str(config),
         return_state=True,
     )
-    typer.echo(import_flow("flows.runs", "outcome_line")(state))
+    typer.echo(import_flow("evalsentry.flows.runs", "outcome_line")(state))
     raise typer.Exit(EXIT_CHECK_FAILED if state.is_failed() else 0)
 
 
-def _something_to_evaluate(config: Path, models: list[str] | None) -> None:
+def _something_to_evaluate(
+    config: Path, models: list[str] | None, evalsets: list[str] | None
+) -> None:
     """Refuse, before any Prefect server starts, a run that could record nothing.
 
-    A store that cannot be written, or no checkpoint to evaluate (an empty registry, a
-    mistyped model).
+    A store that cannot be written, no checkpoint to evaluate (an empty registry, a mistyped
+    model), a binding to a missing evalset, or no checkpoint bound to any evalset of the run.
     """
     from evalsentry.config import load_config
+    from evalsentry.errors import NothingToEvaluate
+    from evalsentry.evalsets import list_evalsets
     from evalsentry.history import History
-    from evalsentry.pipeline import WEEKLY_STAGES, resolve_targets
+    from evalsentry.pipeline import WEEKLY_STAGES, check_bindings, pair_targets, resolve_targets
     from evalsentry.registry import Registry
 
     settings = load_config(config)
     History(settings.store_url).check_root()
-    resolve_targets(Registry(settings.registry_url), models, WEEKLY_STAGES)
+    targets = resolve_targets(Registry(settings.registry_url), models, WEEKLY_STAGES)
+    available = list_evalsets(settings.evalsets_dir)
+    check_bindings(settings, available)
+    pairs, unbound = pair_targets(targets, settings, available, evalsets)
+    if not pairs and unbound:
+        raise NothingToEvaluate(next(iter(unbound.values())))
 
 
 @app.command()
@@ -78,6 +87,6 @@ def demo(
     from evalsentry.orchestration import ensure_prefect_api, import_flow
 
     if ensure_prefect_api():
-        import_flow("flows.temporary_server", "tie_temporary_server")()
+        import_flow("evalsentry.flows.temporary_server", "tie_temporary_server")()
     story = import_flow("examples.digits.demo", "run_demo")
     raise typer.Exit(story(folder))
