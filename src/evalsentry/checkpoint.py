@@ -5,11 +5,18 @@ A checkpoint is data, never code: its size is bounded before it is read, it is r
 lineage names, only when ``trusted_factories`` admits it (``evalsentry.trust``). A registered
 checkpoint is rebuilt with the factory pinned in its registry entry; a file naming another is
 refused.
+
+Two layouts are read: ``{model_state_dict, optimizer_state_dict?, metrics?, lineage}`` (what
+``save_checkpoint`` writes, and what many teams write by hand with ``torch.save``), and a bare
+``model.state_dict()``. A bare state dict records no lineage: it is registered with the lineage
+given beside it (``--lineage FILE``), the registry entry keeps that lineage, and evaluation,
+which loads the file by its pinned sha256 and factory, records the entry's.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import os
 import pickle  # nosec B403 - only to recognise UnpicklingError; nothing is unpickled here
 import zipfile
@@ -21,22 +28,26 @@ from typing import TYPE_CHECKING, Any
 from evalsentry.errors import (
     CheckpointChanged,
     CheckpointCorrupt,
+    CheckpointError,
     CheckpointNotFound,
     CheckpointTooLarge,
     FactoryError,
     LineageMissing,
     ModelMismatch,
+    NoLineage,
     StateDictMismatch,
+    UnknownLayout,
     UnsafeCheckpoint,
 )
-from evalsentry.lineage import DataSource, build_lineage, missing_fields
+from evalsentry.lineage import DataSource, build_lineage, missing_fields, training_files
 from evalsentry.storage import filesystem, sha256_file, write_atomic
 from evalsentry.trust import DEFAULT_MAX_CHECKPOINT_BYTES, Trust, import_factory
 
 if TYPE_CHECKING:
     import torch
 
-_PAYLOAD_KEYS = ("model_state_dict", "lineage")
+log = logging.getLogger(__name__)
+_STATE_KEY = "model_state_dict"
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,7 @@ def save_checkpoint(
     """
     import torch
 
+    training_files(data)  # refuse missing or empty training data before building anything
     factory = factory or _infer_factory(model)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     rebuilt = _call_factory(import_factory(factory), factory, factory_kwargs)
@@ -219,10 +231,12 @@ def read_payload(
 ) -> dict[str, Any]:
     """Read a checkpoint's payload with ``weights_only=True``; nothing in it can run.
 
-    Its size is checked first (``check_archive``).
+    Its size is checked first (``check_archive``). A bare state dict comes back as
+    ``{"model_state_dict": ...}``, without ``lineage``; so does a checkpoint that has none.
 
     Raises:
-        CheckpointNotFound, CheckpointTooLarge, UnsafeCheckpoint, CheckpointCorrupt.
+        CheckpointNotFound, CheckpointTooLarge, UnsafeCheckpoint, CheckpointCorrupt,
+        UnknownLayout.
 
     """
     import torch
@@ -243,10 +257,27 @@ def read_payload(
         raise CheckpointCorrupt(file, reason.splitlines()[0][:200]) from None
     except Exception as exc:  # noqa: BLE001 - damaged bytes surface as many exception types
         raise CheckpointCorrupt(file, _first_line(exc)) from None
-    if not isinstance(payload, dict) or any(k not in payload for k in _PAYLOAD_KEYS):
-        keys = sorted(payload) if isinstance(payload, dict) else type(payload).__name__
-        raise CheckpointCorrupt(file, f"not an evalsentry checkpoint (found {keys})")
-    return payload
+    if isinstance(payload, Mapping) and _STATE_KEY in payload:
+        return dict(payload)
+    if _is_state_dict(payload):
+        return {_STATE_KEY: payload}
+    found = (
+        f"keys {sorted(map(str, payload))[:10]}"
+        if isinstance(payload, Mapping)
+        else f"a {type(payload).__name__}"
+    )
+    raise UnknownLayout(file, found)
+
+
+def _is_state_dict(payload: Any) -> bool:
+    """Whether ``payload`` is a bare ``model.state_dict()``: names mapped to tensors only."""
+    import torch
+
+    return (
+        isinstance(payload, Mapping)
+        and bool(payload)
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in payload.items())
+    )
 
 
 def load_checkpoint(
@@ -257,6 +288,7 @@ def load_checkpoint(
     map_location: str = "cpu",
     factory: str | None = None,
     factory_kwargs: Mapping[str, Any] | None = None,
+    lineage: Mapping[str, Any] | None = None,
 ) -> LoadedCheckpoint:
     """Verify, read and rebuild a checkpoint.
 
@@ -270,11 +302,17 @@ def load_checkpoint(
             other kwargs is refused, a file naming none (the plain recipe) takes this one.
             ``None``: the file's own factory.
         factory_kwargs: kwargs for that factory.
+        lineage: the lineage of a file that records none (a bare state dict), given beside it
+            at registration (``--lineage``); a file that records its own is refused with it.
+
+    A file that records no lineage is otherwise accepted only as a registered one, with both
+    ``expected_sha256`` and ``factory`` pinned: its lineage is its registry entry's, and
+    ``LoadedCheckpoint.lineage`` is empty, so what is recorded is the entry's.
 
     Raises:
         CheckpointNotFound, CheckpointChanged, CheckpointTooLarge, CheckpointCorrupt,
-        UnsafeCheckpoint, LineageMissing, ModelMismatch, UntrustedFactory, FactoryError,
-        StateDictMismatch.
+        UnsafeCheckpoint, UnknownLayout, NoLineage, LineageMissing, ModelMismatch,
+        UntrustedFactory, FactoryError, StateDictMismatch.
 
     """
     file = Path(path)
@@ -286,11 +324,51 @@ def load_checkpoint(
     if expected_sha256 is not None and sha != expected_sha256:
         raise CheckpointChanged(file, expected_sha256, sha)
     payload = read_payload(file, map_location, max_bytes=trust.max_checkpoint_bytes)
-    lineage = complete_lineage(file, payload["lineage"], factory, factory_kwargs)
-    model = build_model(lineage["model"]["factory"], lineage["model"]["kwargs"], trust=trust)
-    _load_strict(model, payload["model_state_dict"], file)
+    recorded = payload.get("lineage")
+    if recorded is not None and lineage is not None:
+        raise CheckpointError(
+            file,
+            "the checkpoint records its own lineage; register it without --lineage "
+            "(one file, one lineage)",
+        )
+    if recorded is None and lineage is None:
+        if factory is None or expected_sha256 is None:
+            raise NoLineage(file, _layout(payload))
+        # A registered file (sha256 and factory pinned): its lineage is the registry entry's.
+        model = build_model(factory, factory_kwargs, trust=trust)
+        completed: dict[str, Any] = {}
+    else:
+        completed = complete_lineage(file, recorded or lineage, factory, factory_kwargs)
+        spec = completed["model"]
+        model = build_model(spec["factory"], spec["kwargs"], trust=trust)
+    _load_strict(model, payload[_STATE_KEY], file)
     model.eval()
-    return LoadedCheckpoint(model, lineage, dict(payload.get("metrics") or {}), sha, str(file))
+    return LoadedCheckpoint(
+        model, completed, _metrics(file, payload.get("metrics")), sha, str(file)
+    )
+
+
+def _layout(payload: Mapping[str, Any]) -> str:
+    """How a payload without lineage is described in the error that refuses it."""
+    if len(payload) == 1:
+        return "a bare state dict (torch.save(model.state_dict(), path))"
+    return f"the checkpoint (keys {sorted(map(str, payload))[:10]})"
+
+
+def _metrics(path: object, recorded: Any) -> dict[str, float]:
+    """The recorded metrics that are numbers; others (text, lists, a history) are left out."""
+    import torch
+
+    if not isinstance(recorded, Mapping):
+        return {}
+    metrics: dict[str, float] = {}
+    for name, value in recorded.items():
+        number = value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value
+        if isinstance(number, int | float) and not isinstance(number, bool):
+            metrics[str(name)] = float(number)
+        else:
+            log.info("%s: metric %r is not a number; not kept", path, name)
+    return metrics
 
 
 def complete_lineage(

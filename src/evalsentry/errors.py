@@ -118,6 +118,34 @@ class LineageMissing(CheckpointError):
         )
 
 
+class NoLineage(CheckpointError):
+    """A checkpoint that records no lineage at all (a bare state dict); both ways to add it."""
+
+    def __init__(self, path: object, what: str) -> None:
+        self.what = what
+        super().__init__(
+            path,
+            f"{what} records no lineage (code commit, training data, config), so it is not "
+            "accepted; save it with evalsentry.save_checkpoint(model, path, metrics=..., "
+            "config=..., seed=..., data=...) in the training code, or register it with "
+            "--factory package.module:Class --lineage FILE (JSON or YAML with git_sha, "
+            "data_sha, config and a timezone-aware timestamp_utc; seed optional)",
+        )
+
+
+class UnknownLayout(CheckpointError):
+    """The payload is readable but is neither a checkpoint layout nor a bare state dict."""
+
+    def __init__(self, path: object, found: str) -> None:
+        self.found = found
+        super().__init__(
+            path,
+            f"not a checkpoint layout evalsentry reads (found {found}); save "
+            "{'model_state_dict': ..., 'lineage': {...}} (evalsentry.save_checkpoint writes it), "
+            "or a bare model.state_dict() and register it with --lineage FILE",
+        )
+
+
 class FactoryError(UsageError):
     """The model factory ``module:callable`` cannot be imported or called."""
 
@@ -153,6 +181,18 @@ class NotRegistered(RegistryError):
 
     def __init__(self, what: str, name: str = "", known: Iterable[str] = ()) -> None:
         super().__init__(f"{what} is not registered.{did_you_mean(name, known)}".rstrip("."))
+
+
+class VersionNotRegistered(NotRegistered):
+    """The model is registered but not this version; the versions it has are listed."""
+
+    def __init__(self, model: str, version: int, versions: Sequence[int]) -> None:
+        self.model, self.version, self.versions = model, version, list(versions)
+        shown = ", ".join(f"v{v}" for v in self.versions[-10:])
+        more = "" if len(self.versions) <= 10 else f" (and {len(self.versions) - 10} older)"
+        RegistryError.__init__(
+            self, f"{model}@v{version} is not registered; {model} has {shown or 'none'}{more}"
+        )
 
 
 class NothingToEvaluate(RegistryError):

@@ -6,6 +6,21 @@ schema, each file's sha256 and size) and ``expectations.json`` (a Great Expectat
 Identity: ``evalset_sha256`` hashes the data files and every manifest field that changes
 results, under a versioned scheme (``identity_version``); see ``evalsentry.identity``. Frozen
 means every use re-verifies the files and those fields against the manifest first.
+
+The model contract, the input side (``InputsSpec.contract`` states it in one line): a model
+receives one tensor per batch, ``[N, ...]``, in the manifest's ``inputs.dtype`` (``float32``
+unless frozen otherwise):
+
+- feature ``columns``: ``[N, F]``, one column per feature, in the order the manifest lists them
+  (the order given at freeze, not the source file's);
+- a list ``column`` with a ``shape``: each row's values reshaped, row-major, to that shape, so
+  ``shape: [1, 8, 8]`` gives ``[N, 1, 8, 8]`` images, channels first.
+
+Token ids are not an input kind of their own: there is no integer ``dtype``, so a text model's
+evalset carries its token ids as a float list column (exact below 2**24) and its ``forward``
+casts them (``x.long()``) before its embedding.
+Targets: class labels become indices into ``classes`` (the order the logits' columns follow,
+stated at freeze); regression targets are float32. The output side is ``evalsentry.inference``'s.
 """
 
 from __future__ import annotations
@@ -77,6 +92,16 @@ class InputsSpec(BaseModel):
     def example_shape(self) -> tuple[int, ...]:
         """Shape of one example's input tensor."""
         return tuple(self.shape) if self.shape else (len(self.columns or []),)
+
+    def contract(self) -> str:
+        """What a model receives, in one line: ``float32 [N, 30] (30 feature columns)``."""
+        dims = ", ".join(["N", *map(str, self.example_shape)])
+        if self.column is not None:
+            what = f"list column {self.column!r} reshaped to {list(self.example_shape)}"
+        else:
+            count = len(self.columns or [])
+            what = f"{count} feature column{'s' if count != 1 else ''}"
+        return f"{self.dtype} [{dims}] ({what})"
 
 
 class DataFile(BaseModel):

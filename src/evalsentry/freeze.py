@@ -1,9 +1,21 @@
-"""Freezing data into a hash-pinned evalset folder (the write side of ``evalsets``)."""
+"""Freezing data into a hash-pinned evalset folder (the write side of ``evalsets``).
+
+Freeze states the model contract in the manifest: ``inputs`` (feature columns in the order
+given, or one list column with its ``shape`` and ``dtype``) and, for classification,
+``classes``: the label of each logit column, in order. Label encoding: a label's target is its
+index in ``classes``. By default the classes are the distinct labels in natural order: integers
+numerically, strings with the numbers inside them compared as numbers (``class_2`` before
+``class_10``; otherwise case-sensitive code-point order). ``classes=`` (``--classes`` on the
+command line) sets the order explicitly; it must list every label once and no class without an
+example, since the generated suite pins the label set (a class the data never shows could not
+be measured, and a label it does not list would have no logit column).
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -110,6 +122,11 @@ def freeze_evalset(
     _check_values(table, inputs.column, source or "the data")
     if task == "classification":
         classes = _classes(table, target, classes, source or "the data")
+    elif classes is not None:
+        raise EvalsetError(
+            "classes: a regression evalset has no classes (its model returns one value per "
+            "example); leave --classes out, or freeze with --task classification"
+        )
     tmp = Path(
         tempfile.mkdtemp(dir=dest.parent if dest.parent.exists() else None, prefix=f".{name}.")
     )
@@ -324,8 +341,19 @@ def _check_values(table: pa.Table, tensor_column: str | None, source: str) -> No
             )
 
 
+def natural_key(label: object) -> tuple[tuple[tuple[int, int | str], ...], str]:
+    """Sort key of natural order: the numbers inside a string compared as numbers.
+
+    Ties (``'01'`` and ``'1'``) fall back to the text, so the order never depends on the data's.
+    """
+    if isinstance(label, int):
+        return ((0, label),), ""
+    parts = re.split(r"([0-9]+)", str(label))  # ASCII digits: int() reads every such run
+    return tuple((0, int(p)) if p[0] in "0123456789" else (1, p) for p in parts if p), str(label)
+
+
 def _classes(table: pa.Table, target: str, classes: Sequence[Any] | None, source: str) -> list[Any]:
-    """The class list: as given (the same set as the labels) or the sorted distinct labels."""
+    """The class list: as given (the same set as the labels) or the labels in natural order."""
     column = table.column(target)
     kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
     if not (
@@ -337,16 +365,46 @@ def _classes(table: pa.Table, target: str, classes: Sequence[Any] | None, source
         )
     labels = set(pc.unique(column).to_pylist())
     if classes is None:
-        return sorted(labels)
-    given = list(classes)
-    if len(set(given)) != len(given):
-        raise EvalsetError("classes: each class may appear once; remove the repeated ones")
-    unknown, missing = labels - set(given), set(given) - labels
-    if unknown or missing:
+        return sorted(labels, key=natural_key)
+    given = [_as_label(c, pa.types.is_integer(kind), target) for c in classes]
+    repeated = sorted({str(c) for c in given if given.count(c) > 1})
+    if repeated:
         raise EvalsetError(
-            f"classes: {given} is not the set of labels in {source}"
-            + (f"; labels not among them: {sorted(map(str, unknown))[:5]}" if unknown else "")
-            + (f"; classes without an example: {sorted(map(str, missing))[:5]}" if missing else "")
-            + "; the expectation suite requires the same set"
+            f"classes: {', '.join(repeated)} listed more than once; each class may appear once"
+        )
+    unknown = sorted(labels - set(given), key=natural_key)
+    if unknown:
+        raise EvalsetError(
+            f"{source}: target column {target!r} has label(s) {_listed(unknown)} not among the "
+            f"classes {_listed(given)}; add them to --classes (the order of the model's logit "
+            "columns) or drop their rows, then freeze again"
+        )
+    missing = [c for c in given if c not in labels]
+    if missing:
+        raise EvalsetError(
+            f"{source}: classes {_listed(missing)} have no example in target column {target!r}; "
+            "a class the evalset never shows cannot be measured (and the suite pins the label "
+            "set): remove them from --classes, or add rows of them, then freeze again"
         )
     return given
+
+
+def _as_label(value: object, integer: bool, target: str) -> int | str:
+    """A class as the label column holds it: ``'3'`` is the integer 3 for an integer column."""
+    if not integer:
+        return str(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise EvalsetError(
+            f"classes: {value!r} is not an integer, and target column {target!r} holds integer "
+            "labels; list the labels as they are in the data, e.g. --classes 0,1,2"
+        ) from None
+
+
+def _listed(values: Sequence[object], shown: int = 5) -> str:
+    """``'a', 'b'`` (strings quoted, integers bare), the first ``shown`` and a count of the rest."""
+    text = ", ".join(repr(v) for v in values[:shown])
+    return text + (f" (and {len(values) - shown} more)" if len(values) > shown else "")

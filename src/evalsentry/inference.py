@@ -3,10 +3,21 @@
 The result is one row per example (the columns ``metrics`` and ``stats`` consume), so every
 metric, slice and paired comparison is computed from the same stored predictions.
 
-The model is held to an output contract, checked on every batch before any metric sees it:
-classification returns floating logits ``[N, C]`` with ``C`` the evalset's classes, regression
-floating predictions ``[N]`` or ``[N, 1]``. A model that raises, or breaks the contract, fails
-with one readable line naming what happened (``ModelFailed``).
+The model contract. Input: one tensor per batch as ``evalsets`` states it (``InputsSpec.contract``:
+``float32 [N, F]`` feature columns in the manifest's order, or a list column reshaped to
+``[N, *shape]``). Output, checked on every batch before any metric sees it (a few attribute
+reads; the message is built only on a violation): classification returns floating logits
+``[N, C]``, ``C = len(classes)``, column ``i`` scoring ``classes[i]`` in the manifest's order;
+regression returns floating predictions ``[N]`` or ``[N, 1]``. Anything else is an
+``OutputContractViolation`` naming what was expected and what came; NaN or inf in an output is
+``NonFiniteOutput`` naming the examples.
+
+A model built for other inputs (a 13-feature network on a 30-column evalset) usually raises in
+its first forward with torch's ``size of tensor a (30) must match ...``. When the first batch
+raises, the forward is run once more with hooks on the shape-bearing layers (``Linear``,
+``Conv``, ``Embedding``) to find the one that refused its input, and the failure becomes an
+``InputMismatch`` naming that layer's expectation, what it got, and what the evalset gives.
+Nothing of this runs on a forward that succeeds.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from evalsentry.errors import NonFiniteOutput, UsageError
 if TYPE_CHECKING:
     import torch
 
-    from evalsentry.evalsets import Evalset
+    from evalsentry.evalsets import Evalset, EvalsetSpec
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +44,7 @@ DEFAULT_BATCH_SIZE = 512
 NON_FINITE_IDS_SHOWN = 10
 REASON_CHARS = 300  # of an exception's message in a failure reason: the cause, not a dump
 OUTPUT_ITEMS_SHOWN = 3  # items of a tuple or list output described in a contract violation
+CLASSES_SHOWN = 10  # class names listed in an output contract violation
 Precision = Literal["fp32", "bf16"]
 ProgressFn = Callable[[int, int], None]
 
@@ -66,6 +78,24 @@ class OutputContractViolation(ModelFailed):
     def __init__(self, expected: str, got: str) -> None:
         self.expected, self.got = expected, got
         super().__init__(f"model output breaks the contract: expected {expected}, got {got}")
+
+
+class InputMismatch(ModelFailed):
+    """The model was built for other inputs: a layer refused the evalset's tensor.
+
+    ``layer`` names it (``the model's first layer (Linear 'net.0')``), ``expects`` what it takes
+    (``13 features``), ``got`` what reached it (``float32 [64, 30]``), ``gives`` the evalset's
+    side (``the evalset 'cancer' gives float32 [N, 30] (30 feature columns)``).
+    """
+
+    def __init__(self, layer: str, expects: str, got: str, gives: str, *, first: bool) -> None:
+        self.layer, self.expects, self.got, self.gives = layer, expects, got, gives
+        # Past the first layer the input got in, so the model's own layers may be what disagree.
+        doubt = "" if first else "the model was built for other inputs, or its layers disagree; "
+        super().__init__(
+            f"input shape mismatch: {layer} takes {expects}, got {got}; {gives}: {doubt}bind "
+            "the model to an evalset of the inputs it was built for (models: in evalsentry.yaml)"
+        )
 
 
 @dataclass(frozen=True)
@@ -196,8 +226,8 @@ def evaluate(
     layout = torch.channels_last if channels_last else torch.contiguous_format
     if channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch accepts it; its stubs omit it
-    if compile_model:
-        model = torch.compile(model)  # type: ignore[assignment]
+    # A failing first batch is diagnosed on ``model`` itself: hooks, no compiled graph.
+    forward = torch.compile(model) if compile_model else model
     total = len(inputs)
     outputs: list[torch.Tensor] = []
     retries, start, done = 0, time.perf_counter(), 0
@@ -210,7 +240,7 @@ def evaluate(
                 with torch.autocast(
                     target_device.type, dtype=torch.bfloat16, enabled=precision == "bf16"
                 ):
-                    out = model(batch)
+                    out = forward(batch)
             except torch.OutOfMemoryError:
                 if batch_size == 1:
                     raise
@@ -225,8 +255,9 @@ def evaluate(
                     torch.cuda.empty_cache()
                 continue
             except Exception as exc:  # whatever a model raises is its own failure, named
-                raise ForwardRaised(exc, done) from exc
-            check_output(out, len(batch), evalset.spec.task, evalset.spec.num_classes)
+                mismatch = _diagnose(model, batch, evalset.spec) if done == 0 else None
+                raise (mismatch or ForwardRaised(exc, done)) from exc
+            check_output(out, len(batch), evalset.spec)
             outputs.append(out.float())
             done += len(batch)
             if progress is not None:
@@ -245,7 +276,7 @@ def evaluate(
     )
 
 
-def check_output(out: object, rows: int, task: str, num_classes: int | None) -> None:
+def check_output(out: object, rows: int, spec: EvalsetSpec) -> None:
     """Check one batch's output against the task's contract, before any metric reads it.
 
     Raises:
@@ -253,20 +284,30 @@ def check_output(out: object, rows: int, task: str, num_classes: int | None) -> 
     """
     import torch
 
-    if task == "classification":
-        classes = num_classes if num_classes is not None else "C"
-        expected = f"float logits of shape [{rows}, {classes}] (examples x classes)"
-        fits = (
-            isinstance(out, torch.Tensor)
-            and out.dim() == 2  # examples x classes
-            and out.shape[0] == rows
-            and (num_classes is None or out.shape[1] == num_classes)
-        )
-    else:
-        expected = f"float predictions of shape [{rows}] or [{rows}, 1]"
-        fits = isinstance(out, torch.Tensor) and tuple(out.shape) in ((rows,), (rows, 1))
-    if not fits or not out.is_floating_point():  # type: ignore[attr-defined]  # fits => a Tensor
-        raise OutputContractViolation(expected, describe_output(out))
+    fits = False
+    if isinstance(out, torch.Tensor) and out.is_floating_point():
+        shape = tuple(out.shape)
+        if spec.task != "classification":
+            fits = shape in ((rows,), (rows, 1))
+        else:  # examples x classes
+            width = len(spec.classes) if spec.classes is not None else None
+            fits = len(shape) == 2 and shape[0] == rows and width in (None, shape[1])
+    if not fits:
+        raise OutputContractViolation(expected_output(rows, spec), describe_output(out))
+
+
+def expected_output(rows: int, spec: EvalsetSpec) -> str:
+    """The output contract for a batch of ``rows`` examples of ``spec``, in words."""
+    if spec.task != "classification":
+        return f"float predictions of shape [{rows}] or [{rows}, 1] (one per example)"
+    if spec.classes is None:
+        return f"float logits of shape [{rows}, C] (one column per class)"
+    shown = ", ".join(str(c) for c in spec.classes[:CLASSES_SHOWN])
+    more = f", ... ({len(spec.classes)} in all)" if len(spec.classes) > CLASSES_SHOWN else ""
+    return (
+        f"float logits of shape [{rows}, {len(spec.classes)}] (one column per class of "
+        f"{spec.name!r}, in order: {shown}{more})"
+    )
 
 
 def describe_output(out: Any) -> str:
@@ -283,6 +324,103 @@ def describe_output(out: Any) -> str:
     else:
         what = type(out).__name__
     return ("an " if what[0] in "aeiou" else "a ") + what
+
+
+def _shape(tensor: torch.Tensor) -> str:
+    """``float32 [64, 30]``."""
+    return f"{str(tensor.dtype).removeprefix('torch.')} [{', '.join(map(str, tensor.shape))}]"
+
+
+def _refusal(module: torch.nn.Module, x: torch.Tensor) -> tuple[str, str] | None:
+    """What a shape-bearing layer takes and what of ``x`` it cannot take, or None if it fits."""
+    from torch import nn
+
+    takes, fits = "", True
+    if isinstance(module, nn.Linear):
+        takes = f"{module.in_features} features"
+        fits = x.dim() >= 1 and x.shape[-1] == module.in_features
+    elif isinstance(module, nn.modules.conv._ConvNd):
+        spatial = len(module.kernel_size)
+        dims = ", ".join(["N", "C", *("L" if spatial == 1 else "HW" if spatial == 2 else "DHW")])
+        takes = f"{module.in_channels} channels as [{dims}]"
+        # A conv takes [N, C, *spatial] or, unbatched, [C, *spatial].
+        fits = x.dim() in (spatial + 1, spatial + 2) and x.shape[-spatial - 1] == module.in_channels
+    elif isinstance(module, nn.Embedding):
+        takes = f"integer token ids 0..{module.num_embeddings - 1}"
+        fits = not x.is_floating_point() and (
+            x.numel() == 0 or (int(x.min()) >= 0 and int(x.max()) < module.num_embeddings)
+        )
+        if not fits and not x.is_floating_point():
+            return takes, f"{_shape(x)} with ids {int(x.min())}..{int(x.max())}"
+    return None if fits else (takes, _shape(x))
+
+
+def _diagnose(
+    model: torch.nn.Module, batch: torch.Tensor, spec: EvalsetSpec
+) -> InputMismatch | None:
+    """Why the first batch's forward raised, when a layer refused the input's shape.
+
+    Runs the forward once more with hooks on the shape-bearing layers: the one entered and not
+    left is where it raised; if it raised outside any of them (a ``view`` in ``forward``), the
+    first layer is checked against the batch, flattened or not. None: no layer to blame.
+    """
+    import torch
+    from torch import nn
+
+    kinds = (nn.Linear, nn.modules.conv._ConvNd, nn.Embedding)
+    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, kinds)]
+    if not layers:
+        return None
+    open_calls: list[tuple[str, nn.Module, torch.Tensor]] = []
+
+    def enter(name: str) -> Any:
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            if args and isinstance(args[0], torch.Tensor):
+                open_calls.append((name, module, args[0]))
+
+        return hook
+
+    def leave(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        if open_calls and open_calls[-1][1] is module:
+            open_calls.pop()
+
+    handles = [m.register_forward_pre_hook(enter(name)) for name, m in layers]
+    handles += [m.register_forward_hook(leave) for _, m in layers]
+    try:
+        model(batch)
+    except Exception:  # noqa: BLE001, S110 - the failure is known; only where it happened is sought
+        pass
+    else:
+        return None  # it ran this time: not a shape the model refuses
+    finally:
+        for handle in handles:
+            handle.remove()
+    first_name, first = layers[0]
+    gives = f"the evalset {spec.name!r} gives {spec.inputs.contract()}"
+    if open_calls:
+        name, module, x = open_calls[-1]
+        refusal = _refusal(module, x)
+        if refusal is None:
+            return None
+        which = "first layer" if module is first else "layer"
+        if x.shape != batch.shape or x.dtype != batch.dtype:
+            gives += f", this batch {_shape(batch)}"
+        return InputMismatch(
+            f"the model's {which} ({type(module).__name__} {name!r})",
+            *refusal,
+            gives,
+            first=module is first,
+        )
+    refusal = _refusal(first, batch)
+    flat = batch.flatten(1) if batch.dim() > 2 else batch
+    if refusal is None or _refusal(first, flat) is None:
+        return None
+    return InputMismatch(
+        f"the model's first layer ({type(first).__name__} {first_name!r})",
+        *refusal,
+        gives,
+        first=True,
+    )
 
 
 #: Share of free GPU memory an evalset may take to stay resident on the device.

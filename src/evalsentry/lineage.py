@@ -31,6 +31,10 @@ REQUIRED_FIELDS = ("git_sha", "data_sha", "config", "timestamp_utc", "model.fact
 #: Fields ``save_checkpoint`` always records in addition.
 RECORDED_FIELDS = ("git_dirty", "seed", "model.kwargs", "torch_version", "python_version")
 
+#: The fields of a ``--lineage`` file: required ones first, then the optional ones.
+LINEAGE_FILE_REQUIRED = ("git_sha", "data_sha", "config", "timestamp_utc")
+LINEAGE_FILE_OPTIONAL = ("seed", "git_dirty", "torch_version", "python_version")
+
 DataSource = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
@@ -78,30 +82,71 @@ def _git(where: Path, *args: str) -> str:
     return result.stdout.strip()
 
 
+class BadTrainingData(UsageError):
+    """``data=`` names no training data that can be hashed; says what to pass."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        self.where, self.problem = where, problem
+        super().__init__(
+            f"{where}: {problem}; pass data= the training data: a file (or a manifest), "
+            "a list of files, or a folder, that exist and are not empty"
+        )
+
+
+def training_files(data: object) -> list[tuple[str, Path]]:
+    """The training-data files ``data`` names, each with the name it is hashed under.
+
+    Checks only that they exist (nothing is read), so ``save_checkpoint`` refuses bad data
+    before it builds or writes anything.
+
+    Raises:
+        BadTrainingData: ``data`` is None, empty, of another type, or names a path that does
+            not exist, an empty folder, or (inside a list) a folder.
+
+    """
+    if data is None or isinstance(data, bytes | bytearray):
+        raise BadTrainingData(f"data={data!r}", "no training data given")
+    if isinstance(data, str | os.PathLike):
+        if not str(data):
+            raise BadTrainingData("data=''", "an empty path")
+        root = Path(data)
+        if root.is_dir():
+            files = [(p.relative_to(root).as_posix(), p) for p in root.rglob("*") if p.is_file()]
+            if not files:
+                raise BadTrainingData(f"data={str(data)!r}", "the folder holds no files")
+            return files
+        if not root.is_file():
+            raise BadTrainingData(f"data={str(data)!r}", "no such file or folder")
+        return [(root.name, root)]
+    if not isinstance(data, Sequence):
+        raise BadTrainingData(f"data={data!r}"[:80], f"{type(data).__name__} is not a path")
+    if not data:
+        raise BadTrainingData(f"data={data!r}", "an empty list")
+    files = []
+    for i, item in enumerate(data):
+        if not isinstance(item, str | os.PathLike) or not str(item):
+            raise BadTrainingData(f"data[{i}]={item!r}", "not a file path")
+        path = Path(item)
+        if path.is_dir():
+            raise BadTrainingData(
+                f"data[{i}]={str(item)!r}", "a folder; pass the folder itself, not in a list"
+            )
+        if not path.is_file():
+            raise BadTrainingData(f"data[{i}]={str(item)!r}", "no such file")
+        files.append((path.name, path))
+    return files
+
+
 def data_sha256(data: DataSource) -> str:
     """Hash training data given as a manifest file, a list of files, or a directory.
 
     See the module docstring for the exact definition.
 
     Raises:
-        UsageError: a named file or folder does not exist, or the folder is empty.
+        BadTrainingData: see ``training_files``.
 
     """
-    if isinstance(data, str | os.PathLike):
-        root = Path(data)
-        if root.is_dir():
-            files = [(p.relative_to(root).as_posix(), p) for p in root.rglob("*") if p.is_file()]
-            if not files:
-                raise UsageError(f"{root}: training-data folder is empty; nothing to hash")
-        else:
-            files = [(root.name, root)]
-    else:
-        files = [(Path(p).name, Path(p)) for p in data]
-    lines = []
-    for name, path in files:
-        if not path.is_file():
-            raise UsageError(f"{path}: training-data file not found; check the data= argument")
-        lines.append(f"{sha256_file(path)[0]}  {name}\n")
+    lines = [f"{sha256_file(path)[0]}  {name}\n" for name, path in training_files(data)]
     return hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
 
 
@@ -175,7 +220,7 @@ def missing_fields(lineage: Any) -> list[str]:
         if value in (None, ""):
             missing.append(field)
     stamp = lineage.get("timestamp_utc")
-    if isinstance(stamp, str) and "timestamp_utc" not in missing and not _is_aware(stamp):
+    if "timestamp_utc" not in missing and not (isinstance(stamp, str) and _is_aware(stamp)):
         missing.append("timestamp_utc (timezone-aware)")
     return missing
 
@@ -185,3 +230,88 @@ def _is_aware(stamp: str) -> bool:
         return datetime.fromisoformat(stamp).tzinfo is not None
     except ValueError:
         return False
+
+
+def read_lineage_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The lineage of a checkpoint that records none, from a JSON or YAML file (``--lineage``).
+
+    Required: ``git_sha``, ``data_sha``, ``config`` (a mapping) and ``timestamp_utc``
+    (ISO 8601, timezone-aware). Optional: ``seed`` (null when absent), ``git_dirty``,
+    ``torch_version``, ``python_version``. The model factory is not part of it: it is given
+    with ``--factory``, and pinned in the registry entry.
+
+    Raises:
+        ConfigError: naming the file and the field that is missing, unknown or malformed.
+
+    """
+    file = Path(path)
+    doc = _lineage_document(file)
+    lineage: dict[str, Any] = {}
+    for field in ("git_sha", "data_sha"):
+        if not isinstance(doc[field], str):
+            raise ConfigError(file, field, f"expected text, got {doc[field]!r}; quote it in YAML")
+        lineage[field] = doc[field]
+    if "git_dirty" in doc:
+        if not isinstance(doc["git_dirty"], bool | None):
+            raise ConfigError(file, "git_dirty", "expected true, false or null")
+        lineage["git_dirty"] = doc["git_dirty"]
+    if not isinstance(doc["config"], Mapping):
+        raise ConfigError(file, "config", "expected a mapping of hyperparameters")
+    lineage["config"] = check_json_config(doc["config"], str(file))
+    seed = doc.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError(file, "seed", f"expected an integer or null, got {seed!r}")
+    lineage["seed"] = seed
+    lineage["timestamp_utc"] = _timestamp(file, doc["timestamp_utc"])
+    for field in ("torch_version", "python_version"):
+        if doc.get(field) is not None:
+            lineage[field] = str(doc[field])
+    return lineage
+
+
+def _timestamp(file: Path, value: Any) -> str:
+    """An ISO 8601, timezone-aware timestamp as text (YAML reads an unquoted one as a datetime)."""
+    if isinstance(value, datetime):
+        stamp = value.isoformat()
+    elif isinstance(value, str):
+        stamp = value
+    else:
+        stamp = ""
+    if not _is_aware(stamp):
+        raise ConfigError(
+            file,
+            "timestamp_utc",
+            f"{value!r} is not an ISO 8601 timestamp with a timezone; "
+            "e.g. 2026-11-30T06:00:00+00:00",
+        )
+    return stamp
+
+
+def _lineage_document(file: Path) -> Mapping[str, Any]:
+    """A ``--lineage`` file read, with no unknown field and every required one present."""
+    import yaml
+
+    if not file.is_file():
+        raise ConfigError(file, "", "lineage file not found; check the --lineage path")
+    try:
+        text = file.read_text(encoding="utf-8")
+        doc = json.loads(text) if file.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+        line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(file, "", f"not a readable JSON or YAML document ({line})") from None
+    if not isinstance(doc, Mapping):
+        raise ConfigError(file, "", "expected a mapping of lineage fields")
+    known = LINEAGE_FILE_REQUIRED + LINEAGE_FILE_OPTIONAL
+    for field in doc:
+        if field == "model":
+            raise ConfigError(
+                file, "model", "the factory is given with --factory (and --factory-kwargs)"
+            )
+        if field not in known:
+            raise ConfigError(file, str(field), f"unknown field; the fields are {', '.join(known)}")
+    missing = [f for f in LINEAGE_FILE_REQUIRED if doc.get(f) in (None, "")]
+    if missing:
+        raise ConfigError(
+            file, missing[0], f"required (missing: {', '.join(missing)}); seed is optional"
+        )
+    return doc

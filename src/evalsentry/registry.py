@@ -8,6 +8,10 @@ An entry pins what evaluation runs: the file (uri, sha256, size) and the model (
 kwargs, in ``lineage.model``). Registration rebuilds the model as evaluation will (trusted
 factory, weights loaded strictly), so what cannot run is refused now. An entry read back is
 checked: a known stage, a pinned factory, and model and version matching its file's name.
+
+A file already registered for a model (same sha256) is not registered again: its existing
+version is returned. An archived version is retired: ``resolve`` (and so every scheduled run)
+never returns it; its entry and its file are kept for audit.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import json
 import logging
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,9 +31,15 @@ from pydantic_core import PydanticCustomError
 
 from evalsentry.checkpoint import load_checkpoint
 from evalsentry.config import config_error
-from evalsentry.errors import NotRegistered, RegistryEntryInvalid, RegistryError
+from evalsentry.errors import (
+    CheckpointNotFound,
+    NotRegistered,
+    RegistryEntryInvalid,
+    RegistryError,
+    VersionNotRegistered,
+)
 from evalsentry.names import STAGES, check_name, check_stage
-from evalsentry.storage import blocking_file, filesystem, join, write_atomic
+from evalsentry.storage import blocking_file, filesystem, join, sha256_file, write_atomic
 from evalsentry.trust import Trust
 
 log = logging.getLogger(__name__)
@@ -89,6 +100,14 @@ class RegistryEntry(BaseModel):
     def ref(self) -> str:
         """``model@vN``, the way people name a version."""
         return f"{self.model}@v{self.version}"
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What ``Registry.add`` did: the entry, and whether it is new or the file's existing one."""
+
+    entry: RegistryEntry
+    new: bool
 
 
 def _now() -> str:
@@ -158,26 +177,66 @@ class Registry:
         factory: str | None = None,
         factory_kwargs: Mapping[str, Any] | None = None,
         copy: bool = False,
+        lineage: Mapping[str, Any] | None = None,
     ) -> RegistryEntry:
         """Pin a checkpoint's sha256, size and model, and record it as the model's next version.
 
-        The checkpoint is loaded as evaluation will load it: size bounded, read with
+        The same as ``add(...).entry``: a file already registered for ``model`` returns its
+        existing entry, and nothing is registered.
+        """
+        return self.add(
+            checkpoint,
+            model,
+            trust=trust,
+            stage=stage,
+            factory=factory,
+            factory_kwargs=factory_kwargs,
+            copy=copy,
+            lineage=lineage,
+        ).entry
+
+    def add(
+        self,
+        checkpoint: str | Path,
+        model: str,
+        *,
+        trust: Trust,
+        stage: str = "candidate",
+        factory: str | None = None,
+        factory_kwargs: Mapping[str, Any] | None = None,
+        copy: bool = False,
+        lineage: Mapping[str, Any] | None = None,
+    ) -> Registration:
+        """Register a checkpoint as the model's next version, unless it already is one.
+
+        A file whose sha256 a version of ``model`` already pins is not registered again (no new
+        version, no copy, no stage change): that version comes back with ``new=False``.
+        Otherwise the checkpoint is loaded as evaluation will load it: size bounded, read with
         ``weights_only=True``, its lineage checked, the model built by a factory ``trust``
         admits and the weights loaded strictly. ``factory`` (with ``factory_kwargs``) supplies
-        a missing factory; it must agree with a recorded one.
+        a missing factory; it must agree with a recorded one. ``lineage`` is the lineage of a
+        file that records none (a bare state dict; ``read_lineage_file``), kept in the entry.
 
         Raises:
             CheckpointNotFound, CheckpointTooLarge, UnsafeCheckpoint, CheckpointCorrupt,
-            LineageMissing, ModelMismatch, UntrustedFactory, FactoryError, StateDictMismatch,
-            InvalidName.
+            UnknownLayout, NoLineage, LineageMissing, ModelMismatch, UntrustedFactory,
+            FactoryError, StateDictMismatch, InvalidName.
 
         """
         check_name("model", model)
         check_stage(stage)
         self.check_root()
         file = Path(checkpoint).resolve()
-        loaded = load_checkpoint(file, trust=trust, factory=factory, factory_kwargs=factory_kwargs)
-        lineage, sha, size = loaded.lineage, loaded.sha256, file.stat().st_size
+        if not file.is_file():
+            raise CheckpointNotFound(file)
+        existing = self.find(model, sha256_file(file)[0])
+        if existing is not None:
+            log.info("%s is already %s; nothing registered", file, existing.ref)
+            return Registration(existing, new=False)
+        loaded = load_checkpoint(
+            file, trust=trust, factory=factory, factory_kwargs=factory_kwargs, lineage=lineage
+        )
+        recorded, sha, size = loaded.lineage, loaded.sha256, file.stat().st_size
         for _ in range(_MAX_CLAIM_ATTEMPTS):
             version = self._next_version(model)
             uri = str(file)
@@ -190,7 +249,7 @@ class Registry:
                 sha256=sha,
                 size=size,
                 stage=stage,
-                lineage=lineage,
+                lineage=recorded,
                 metrics={k: float(v) for k, v in loaded.metrics.items()},
                 registered_at=_now(),
                 stage_history=[StageChange(stage=stage, at=_now(), by=_who())],
@@ -198,9 +257,13 @@ class Registry:
             if self._write(self._entry_path(model, version), _dump(entry), exclusive=True):
                 log.info("registered %s (%s)", entry.ref, sha[:12])
                 if stage == "production":
-                    return self.promote(model, version, "production")
-                return entry
+                    return Registration(self.promote(model, version, "production"), new=True)
+                return Registration(entry, new=True)
         raise RegistryError(f"could not claim a version for {model!r}; too many concurrent writers")
+
+    def find(self, model: str, sha256: str) -> RegistryEntry | None:
+        """The oldest version of ``model`` that pins the file ``sha256``, or None."""
+        return next((e for e in self.list(model) if e.sha256 == sha256), None)
 
     def _copy_in(self, file: Path, model: str, version: int, sha: str) -> str:
         target = join(self._model_dir(model), "artifacts", f"v{version:06d}-{sha[:12]}.pt")
@@ -243,7 +306,7 @@ class Registry:
         if not self.fs.exists(path):
             if model not in self.models():
                 raise NotRegistered(f"model {model!r}", model, self.models())
-            raise NotRegistered(f"{model}@v{version}")
+            raise VersionNotRegistered(model, version, self._versions(model))
         return self._read(path, model, version)
 
     def _read(self, path: str, model: str, version: int) -> RegistryEntry:
@@ -277,13 +340,19 @@ class Registry:
         return [self.show(m, v) for m in names for v in self._versions(m)]
 
     def resolve(self, model: str, stage: str) -> RegistryEntry:
-        """The newest version of ``model`` in ``stage``.
+        """The newest version of ``model`` in ``stage``: what a run evaluates.
 
         Raises:
             NotRegistered: the model has no version in that stage.
+            RegistryError: ``stage`` is ``archived``: retired versions are never resolved.
 
         """
         check_stage(stage)
+        if stage == "archived":
+            raise RegistryError(
+                f"archived versions of {model!r} are retired and never resolved for evaluation; "
+                f"name one by its version: `evalsentry registry show {model} --version N`"
+            )
         matches = [e for e in self.list(model) if e.stage == stage]
         if not matches:
             if model not in self.models():
@@ -300,6 +369,20 @@ class Registry:
                 if other.version != version and other.stage == "production":
                     self._set_stage(other, "archived")
         return self._set_stage(entry, stage)
+
+    def archive(self, model: str, version: int) -> RegistryEntry:
+        """Retire a version: never evaluated again, its entry and file kept for audit.
+
+        Archiving the production version leaves the model without one (logged as a warning).
+
+        Raises:
+            NotRegistered: no such model or version (with a did-you-mean or the versions).
+
+        """
+        entry = self.show(model, version)
+        if entry.stage == "production":
+            log.warning("%s was production: %s has no production version now", entry.ref, model)
+        return self._set_stage(entry, "archived")
 
     def _set_stage(self, entry: RegistryEntry, stage: str) -> RegistryEntry:
         if entry.stage == stage:

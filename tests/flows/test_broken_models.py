@@ -81,3 +81,32 @@ def test_a_hung_model_on_a_dask_worker_times_out_too(
     assert state.is_failed() and "hangs@v1" in state.message and TIMEOUT in state.message
     frame = evaluations(config)
     assert frame.loc["toy-model", "status"] == "ok" and frame.loc["hangs", "error"] == TIMEOUT
+
+
+def test_a_model_bound_to_an_evalset_of_the_wrong_width_is_that_pairs_error(
+    tmp_path: Path, train_data: Path
+) -> None:
+    """A pair whose shapes disagree is an ERROR naming both shapes; the model's other pair runs."""
+    from tests.bindings import estate
+
+    bindings = "models:\n  narrow: {evalsets: [narrow, wide]}\n  wide: {evalsets: [wide]}\n"
+    config = estate(tmp_path, bindings, train_data=train_data)
+    state = weekly_eval(week=WEEK, config=str(config), return_state=True)
+    assert state.is_failed()
+    reason = (
+        "input shape mismatch: the model's first layer (Linear 'body.0') takes 4 features, got "
+        "float32 [60, 6]; the evalset 'wide' gives float32 [N, 6] (list column 'x' reshaped to "
+        "[6]): bind the model to an evalset of the inputs it was built for (models: in "
+        "evalsentry.yaml)"
+    )
+    assert reason in (state.message or "")
+    rows = History(load_config(config).store_url).evaluations()
+    outcome = {
+        (m, e): (s, r)
+        for m, e, s, r in zip(
+            rows["model"], rows["evalset"], rows["status"], rows["error"], strict=True
+        )
+    }
+    assert outcome[("narrow", "wide")] == ("error", reason)
+    assert outcome[("narrow", "narrow")][0] == "ok" and outcome[("wide", "wide")][0] == "ok"
+    assert len(outcome) == 3

@@ -126,16 +126,27 @@ def test_weekly_flow_and_gate_on_an_s3_store(
 
 
 def test_racing_registrations_on_s3_get_distinct_versions(
-    s3_project: Path, toy_checkpoints: dict[str, Path]
+    s3_project: Path, tmp_path: Path, train_data: Path
 ) -> None:
     """Version claims use S3 conditional writes: concurrent registrations never overwrite each other."""
+    from evalsentry.checkpoint import save_checkpoint
+    from tests.models import TinyNet
+
+    files = [  # six different files: the same file again would be the existing version
+        save_checkpoint(
+            TinyNet(),
+            tmp_path / "raced" / f"{i}.pt",
+            metrics={},
+            config={"i": i},
+            seed=i,
+            data=train_data,
+            factory_kwargs={"features": 4, "classes": 3},
+        )
+        for i in range(6)
+    ]
     registry = Registry(load_config(s3_project).registry_url)
     with ThreadPoolExecutor(max_workers=6) as pool:
-        entries = list(
-            pool.map(
-                lambda _: registry.register(toy_checkpoints["good"], "raced", trust=TRUST), range(6)
-            )
-        )
+        entries = list(pool.map(lambda f: registry.register(f, "raced", trust=TRUST), files))
     assert sorted(e.version for e in entries) == list(range(1, 7))
     assert len(registry.list("raced")) == 6
 

@@ -194,7 +194,9 @@ class TestOutputContract:
         """Anything but floating [N, C] logits is refused, naming what was expected and got."""
         with pytest.raises(OutputContractViolation) as err:
             evaluate(Returns(make), evalset, device="cpu")
-        assert err.value.expected == "float logits of shape [300, 3] (examples x classes)"
+        assert err.value.expected == (
+            "float logits of shape [300, 3] (one column per class of 'toy', in order: 0, 1, 2)"
+        )
         assert err.value.got == got
         assert "\n" not in str(err.value)
 
@@ -217,7 +219,8 @@ class TestOutputContract:
         """A [N, 2] regression output is refused."""
         with pytest.raises(
             OutputContractViolation,
-            match=r"expected float predictions of shape \[5\] or \[5, 1\], got a float32 tensor of shape \[5, 2\]",
+            match=r"expected float predictions of shape \[5\] or \[5, 1\] \(one per example\), "
+            r"got a float32 tensor of shape \[5, 2\]",
         ):
             evaluate(Returns(lambda n: torch.ones(n, 2)), regression_evalset, device="cpu")
 

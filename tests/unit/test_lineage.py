@@ -80,13 +80,62 @@ class TestDataHash:
             (tmp_path / name / "d.bin").write_bytes(b"abc")
         assert data_sha256(tmp_path / "x") == data_sha256(tmp_path / "y")
 
-    def test_missing_and_empty(self, tmp_path: Path) -> None:
-        """A missing file or an empty folder is refused."""
-        with pytest.raises(UsageError, match="not found"):
-            data_sha256([tmp_path / "none.csv"])
+    @pytest.mark.parametrize(
+        ("data", "named", "problem"),
+        [
+            (None, "data=None", "no training data given"),
+            ([], "data=[]", "an empty list"),
+            ("", "data=''", "an empty path"),
+            ("none.csv", "data='{tmp}/none.csv'", "no such file or folder"),
+            ("empty", "data='{tmp}/empty'", "the folder holds no files"),
+            (["train.csv", "none.csv"], "data[1]='{tmp}/none.csv'", "no such file"),
+            (["empty"], "data[0]='{tmp}/empty'", "a folder; pass the folder itself"),
+            (5, "data=5", "int is not a path"),
+        ],
+        ids=[
+            "none",
+            "empty-list",
+            "empty-str",
+            "missing",
+            "empty-folder",
+            "missing-in-list",
+            "folder-in-list",
+            "int",
+        ],
+    )
+    def test_save_checkpoint_refuses_bad_data_naming_it_and_writes_nothing(
+        self, tmp_path: Path, pinned_git: str, data: object, named: str, problem: str
+    ) -> None:
+        """data= that names no training data is one error naming it and what to pass."""
+        from evalsentry.checkpoint import save_checkpoint
+        from evalsentry.lineage import BadTrainingData
+        from tests.models import TinyNet
+
         (tmp_path / "empty").mkdir()
-        with pytest.raises(UsageError, match="empty"):
-            data_sha256(tmp_path / "empty")
+        (tmp_path / "train.csv").write_text("x\n1\n")
+
+        def under(value: object) -> object:
+            if isinstance(value, str) and value:
+                return str(tmp_path / value)
+            if isinstance(value, list):
+                return [str(tmp_path / v) for v in value]
+            return value
+
+        target = tmp_path / "out" / "m.pt"
+        with pytest.raises(BadTrainingData) as err:
+            save_checkpoint(
+                TinyNet(),
+                target,
+                metrics={},
+                config={},
+                seed=0,
+                data=under(data),  # type: ignore[arg-type]
+            )
+        message = str(err.value)
+        assert message.startswith(f"{named.format(tmp=tmp_path)}: {problem}")
+        assert "pass data= the training data: a file" in message
+        assert isinstance(err.value, UsageError)
+        assert not target.exists()
 
 
 class TestConfigValues:

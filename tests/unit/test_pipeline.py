@@ -47,19 +47,19 @@ BROKEN: dict[str, tuple[type[nn.Module], dict[str, int], str]] = {
         TinyNet,
         {"classes": 7},
         "model output breaks the contract: expected float logits of shape [300, 3] "
-        "(examples x classes), got a float32 tensor of shape [300, 7]",
+        "(one column per class of 'toy', in order: 0, 1, 2), got a float32 tensor of shape [300, 7]",
     ),
     "one-d": (
         FlatNet,
         {},
         "model output breaks the contract: expected float logits of shape [300, 3] "
-        "(examples x classes), got a float32 tensor of shape [300]",
+        "(one column per class of 'toy', in order: 0, 1, 2), got a float32 tensor of shape [300]",
     ),
     "tuple": (
         TupleNet,
         {},
         "model output breaks the contract: expected float logits of shape [300, 3] "
-        "(examples x classes), got a tuple of 2 (a float32 tensor of shape [300, 3], "
+        "(one column per class of 'toy', in order: 0, 1, 2), got a tuple of 2 (a float32 tensor of shape [300, 3], "
         "a float32 tensor of shape [300, 4])",
     ),
 }

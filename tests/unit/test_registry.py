@@ -29,6 +29,27 @@ def registry(tmp_path: Path) -> Registry:
     return Registry(str(tmp_path / "registry"))
 
 
+@pytest.fixture
+def retrained(tmp_path: Path, pinned_git: str, train_data: Path) -> list[Path]:
+    """Eight checkpoints of the same model line, each with other weights (other files)."""
+    from evalsentry.checkpoint import save_checkpoint
+
+    paths = []
+    for seed in range(8):
+        torch.manual_seed(seed)
+        paths.append(
+            save_checkpoint(
+                TinyNet(),
+                tmp_path / "retrained" / f"s{seed}.pt",
+                metrics={},
+                config={"seed": seed},
+                seed=seed,
+                data=train_data,
+            )
+        )
+    return paths
+
+
 class TestRegister:
     def test_pins_sha_and_size_and_records_lineage(
         self, registry: Registry, tiny_checkpoint: Path
@@ -42,23 +63,17 @@ class TestRegister:
         assert entry.metrics == {"val_accuracy": 0.5}
         assert registry.show("tiny", 1) == entry
 
-    def test_versions_increase(self, registry: Registry, tiny_checkpoint: Path) -> None:
-        """Each registration of a model gets the next version."""
-        versions = [
-            registry.register(tiny_checkpoint, "tiny", trust=TRUST).version for _ in range(3)
-        ]
+    def test_versions_increase(self, registry: Registry, retrained: list[Path]) -> None:
+        """Each registration of a new file for a model gets the next version."""
+        versions = [registry.register(p, "tiny", trust=TRUST).version for p in retrained[:3]]
         assert versions == [1, 2, 3]
 
     def test_racing_registrations_get_distinct_versions(
-        self, registry: Registry, tiny_checkpoint: Path
+        self, registry: Registry, retrained: list[Path]
     ) -> None:
         """Concurrent registrations all succeed, with distinct versions, none overwritten."""
         with ThreadPoolExecutor(max_workers=8) as pool:
-            entries = list(
-                pool.map(
-                    lambda _: registry.register(tiny_checkpoint, "tiny", trust=TRUST), range(8)
-                )
-            )
+            entries = list(pool.map(lambda p: registry.register(p, "tiny", trust=TRUST), retrained))
         assert sorted(e.version for e in entries) == list(range(1, 9))
         assert [e.version for e in registry.list("tiny")] == list(range(1, 9))
 
@@ -131,11 +146,11 @@ class TestRegister:
 
 class TestStages:
     def test_promote_keeps_one_production_and_archives_the_previous(
-        self, registry: Registry, tiny_checkpoint: Path
+        self, registry: Registry, retrained: list[Path]
     ) -> None:
         """At most one production version per model; the old one becomes archived."""
-        registry.register(tiny_checkpoint, "tiny", stage="production", trust=TRUST)
-        registry.register(tiny_checkpoint, "tiny", trust=TRUST)
+        registry.register(retrained[0], "tiny", stage="production", trust=TRUST)
+        registry.register(retrained[1], "tiny", trust=TRUST)
         registry.promote("tiny", 2, "production")
         stages = {e.version: e.stage for e in registry.list("tiny")}
         assert stages == {1: "archived", 2: "production"}

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import typer
 
-from evalsentry.cli import evalsets, registry, results, runs  # register the commands
+from evalsentry.cli import evalsets, project, registry, results, runs  # register the commands
 from evalsentry.cli._app import app
 from evalsentry.errors import EXIT_USAGE, EvalsentryError
 
-__all__ = ["app", "evalsets", "main", "registry", "results", "runs"]
+__all__ = ["app", "evalsets", "main", "project", "registry", "results", "runs"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,13 @@ def evalset_freeze(
     slices: Annotated[
         str | None, typer.Option(help="Columns to report metrics per value of.")
     ] = None,
+    classes: Annotated[
+        str | None,
+        typer.Option(
+            help="Class labels in the order of the model's logit columns, e.g. 1,2,3 "
+            "(default: the labels in natural order, class_2 before class_10)."
+        ),
+    ] = None,
     version: Annotated[int, typer.Option(help="Version number recorded in the manifest.")] = 1,
     description: Annotated[str, typer.Option(help="What the data is.")] = "",
     provenance: Annotated[str, typer.Option(help="Where it comes from.")] = "",
@@ -66,6 +73,7 @@ def evalset_freeze(
         inputs=spec_inputs,
         id_column=id_column,
         slices=_csv(slices),
+        classes=_csv(classes) if classes is not None else None,
         version=version,
         description=description,
         provenance=provenance,
@@ -73,6 +81,15 @@ def evalset_freeze(
         source=str(source),
     )
     typer.echo(f"froze {spec.name} v{spec.version}: {spec.num_rows} rows -> {dest}")
+    listed = f": {', '.join(spec.inputs.columns)}" if spec.inputs.columns else ""
+    typer.echo(f"model input: {spec.inputs.contract()}{listed}")
+    if spec.classes is not None:
+        typer.echo(
+            f"model output: logits [N, {len(spec.classes)}], one column per class in this "
+            f"order: {', '.join(map(str, spec.classes))}"
+        )
+    else:
+        typer.echo("model output: predictions [N] or [N, 1]")
     typer.echo(f"evalset_sha256 {spec.evalset_sha256}")
 
 

@@ -1,10 +1,10 @@
-"""register and registry list|show|promote."""
+"""register and registry list|show|promote|archive."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,10 +19,19 @@ from evalsentry.cli._app import (
 )
 from evalsentry.errors import UsageError
 
+if TYPE_CHECKING:
+    from evalsentry.config import Config
+
 
 @app.command()
 def register(
-    checkpoint: Annotated[Path, typer.Argument(help="Checkpoint file written by save_checkpoint.")],
+    checkpoint: Annotated[
+        Path,
+        typer.Argument(
+            help="Checkpoint file: written by save_checkpoint, by hand as {model_state_dict, "
+            "lineage, ...}, or a bare state dict (with --lineage)."
+        ),
+    ],
     model: Annotated[
         str, typer.Option(help="Model name (the model line this version belongs to).")
     ],
@@ -34,12 +43,21 @@ def register(
         str | None, typer.Option(help="JSON keyword arguments for --factory.")
     ] = None,
     copy: Annotated[bool, typer.Option("--copy", help="Store a copy inside the registry.")] = False,
+    lineage: Annotated[
+        Path | None,
+        typer.Option(
+            help="JSON or YAML lineage for a checkpoint that records none (a bare state dict): "
+            "git_sha, data_sha, config, timestamp_utc; seed optional."
+        ),
+    ] = None,
     config: ConfigOption = None,
 ) -> None:
     """Register a checkpoint: pin its sha256, size and model factory, record its lineage.
 
     The model is rebuilt now, as evaluation will: only by a factory in trusted_factories.
+    A file already registered for the model is not registered again.
     """
+    from evalsentry.lineage import read_lineage_file
     from evalsentry.registry import Registry
 
     if factory_kwargs is not None and factory is None:
@@ -48,7 +66,7 @@ def register(
             "(the kwargs are those of --factory)"
         )
     settings = _config(config)
-    entry = Registry(settings.registry_url).register(
+    done = Registry(settings.registry_url).add(
         checkpoint,
         model,
         trust=settings.trust,
@@ -56,7 +74,16 @@ def register(
         factory=factory,
         factory_kwargs=_json_arg(factory_kwargs, "--factory-kwargs"),
         copy=copy,
+        lineage=read_lineage_file(lineage) if lineage is not None else None,
     )
+    entry = done.entry
+    if not done.new:
+        note = "" if entry.stage == stage else f" (v{entry.version} stays {entry.stage})"
+        typer.echo(
+            f"{entry.model} v{entry.version} is already this file (sha256 {entry.sha256[:12]}...)"
+            f"; nothing registered{note}"
+        )
+        return
     typer.echo(f"registered {entry.ref} ({entry.stage}) sha256 {entry.sha256[:12]} -> {entry.uri}")
 
 
@@ -65,18 +92,27 @@ def registry_list(
     model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
     config: ConfigOption = None,
 ) -> None:
-    """List registered versions with their stage, pinned factory and lineage."""
-    entries = _registry(config).list(model)
+    """List registered versions: stage, bound evalsets, last week evaluated, factory, lineage."""
+    from evalsentry.evalsets import list_evalsets
+    from evalsentry.pipeline import binding_text
+    from evalsentry.registry import Registry
+
+    settings = _config(config)
+    entries = Registry(settings.registry_url).list(model)
+    weeks = _last_weeks(settings, model)
+    available = list_evalsets(settings.evalsets_dir)
     rows = [
         [
             e.ref,
             e.stage,
+            binding_text(e.model, settings, available),
+            weeks.get((e.model, e.version), "-"),
             e.lineage["model"]["factory"],
             e.sha256[:12],
             str(e.lineage.get("git_sha", ""))[:10]
             + ("+dirty" if e.lineage.get("git_dirty") else ""),
             str(e.lineage.get("data_sha", ""))[:12],
-            e.lineage.get("seed", ""),
+            "" if e.lineage.get("seed") is None else e.lineage["seed"],
             str(e.lineage.get("timestamp_utc", ""))[:19],
             e.registered_at[:19],
         ]
@@ -85,6 +121,8 @@ def registry_list(
     columns = [
         "version",
         "stage",
+        "evalsets",
+        "last week",
         "factory",
         "sha256",
         "git",
@@ -107,7 +145,10 @@ def registry_show(
 
     lineage.model is what evaluation runs: the factory and kwargs pinned at registration.
     """
-    registry = _registry(config)
+    from evalsentry.registry import Registry
+
+    settings = _config(config)
+    registry = Registry(settings.registry_url)
     if version is not None:
         entry = registry.show(model, version)
     elif stage is not None:
@@ -117,7 +158,10 @@ def registry_show(
         if not entries:
             registry.show(model, 1)  # raises NotRegistered with a did-you-mean
         entry = entries[-1]
-    typer.echo(json.dumps(entry.model_dump(mode="json"), indent=2, sort_keys=True))
+    shown = entry.model_dump(mode="json")
+    shown["binding"] = settings.bound_evalsets(entry.model)  # null: bound to no evalset
+    shown["last_week"] = _last_weeks(settings, entry.model).get((entry.model, entry.version))
+    typer.echo(json.dumps(shown, indent=2, sort_keys=True))
 
 
 @registry_app.command("promote")
@@ -130,3 +174,39 @@ def registry_promote(
     """Move a version to a stage; promoting to production archives the previous one."""
     entry = _registry(config).promote(model, version, stage)
     typer.echo(f"{entry.ref} is now {entry.stage}")
+
+
+@registry_app.command("archive")
+def registry_archive(
+    model: Annotated[str, typer.Argument(help="Model name.")],
+    version: Annotated[int, typer.Argument(help="Version number.")],
+    config: ConfigOption = None,
+) -> None:
+    """Retire a version: never evaluated again; its entry and file are kept for audit."""
+    registry = _registry(config)
+    was = registry.show(model, version).stage
+    if was == "archived":
+        typer.echo(f"{model}@v{version} is already archived; nothing changed")
+        return
+    entry = registry.archive(model, version)
+    line = f"{entry.ref} is now archived (was {was}); it is never evaluated again"
+    if was == "production":
+        line += (
+            f"; {model} has no production version now: promote one with "
+            f"`evalsentry registry promote {model} VERSION`"
+        )
+    typer.echo(line)
+
+
+def _last_weeks(settings: Config, model: str | None = None) -> dict[tuple[str, int], str]:
+    """The newest week each (model, version) was evaluated in (ok or error), from the history."""
+    from evalsentry.history import History, latest_week
+
+    frame = History(settings.store_url).evaluations(model=model)
+    frame = frame[frame["version"].notna()]
+    weeks: dict[tuple[str, int], str] = {}
+    for (name, version), group in frame.groupby(["model", "version"]):
+        week = latest_week(group["week"])
+        if week is not None:
+            weeks[(str(name), int(version))] = week
+    return weeks

@@ -84,8 +84,20 @@ def demo(
     ] = Path(".demo"),
 ) -> None:
     """Tell the whole story on the shipped digits example: three weeks, a caught regression."""
+    import importlib.util
+
+    from evalsentry.errors import UsageError
     from evalsentry.orchestration import ensure_prefect_api, import_flow
 
+    try:
+        found = importlib.util.find_spec("examples.digits.demo") is not None
+    except ModuleNotFoundError:  # no `examples` package here at all
+        found = False
+    if not found:
+        raise UsageError(
+            "the demo tells its story on the digits example of the evalsentry repository: run "
+            "`make demo` in a checkout of it; in your own project start with `evalsentry init`"
+        )
     if ensure_prefect_api():
         import_flow("evalsentry.flows.temporary_server", "tie_temporary_server")()
     story = import_flow("examples.digits.demo", "run_demo")
