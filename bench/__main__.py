@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import (
+    bench_candidate,
+    bench_cold_start,
     bench_evalsets,
     bench_fan_out,
     bench_gate,
@@ -40,6 +42,8 @@ def main() -> None:
     )
     results.update(bench_metrics.run())
     results.update(bench_pipeline.run(seconds=2.0 if args.quick else 20.0))
+    results.update(bench_cold_start.run(rounds=3 if args.quick else 7))
+    results.update(bench_candidate.run(rounds=1 if args.quick else 3))
     results.update(bench_gate.run(max_rows=100_000 if args.quick else 10_000_000))
     results.update(gate_power.run(quick=args.quick))
     results.update(bench_scale.run(checkpoints=(1, 2) if args.quick else (1, 2, 4)))

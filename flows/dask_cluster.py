@@ -64,13 +64,15 @@ def local_cluster(n_workers: int = 2, **kwargs: Any) -> Any:
     from distributed import LocalCluster
 
     with worker_environment(current_api_url()):
-        return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, **kwargs)
+        return LocalCluster(  # type: ignore[no-untyped-call]
+            n_workers=n_workers, threads_per_worker=1, processes=True, **kwargs
+        )
 
 
 def dask_runner(address: str | None) -> Any:
     """A Dask task runner on ``address``, or on a ``local_cluster`` of two workers."""
     try:
-        from prefect_dask import DaskTaskRunner
+        from prefect_dask.task_runners import DaskTaskRunner
     except ImportError:
         raise UsageError(
             "task_runner='dask' needs prefect-dask: pip install 'evalsentry[dask]'"

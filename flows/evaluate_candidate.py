@@ -7,15 +7,13 @@ from typing import Any
 
 from prefect import flow, get_run_logger, runtime
 
+from evalsentry.candidate import CandidateNotEvaluated, CandidateSteps, candidate_evalsets
+from evalsentry.candidate import evaluate_candidate as evaluate_candidate_
 from evalsentry.config import load_config
-from evalsentry.cost import CostMeter
 from evalsentry.errors import UsageError
 from evalsentry.flows.runs import RUN_ID_CHARS, fail, short_id
-from evalsentry.gate import GateReport
-from evalsentry.history import History, iso_week, now_utc
+from evalsentry.history import History
 from evalsentry.names import check_name
-from evalsentry.pipeline import Target, check_model_line, evalsets_for, new_run_id
-from evalsentry.registry import Registry
 from evalsentry.storage import sha256_file
 from evalsentry.tasks import events
 from evalsentry.tasks.evalsets import load_evalset, validate_evalset
@@ -23,6 +21,7 @@ from evalsentry.tasks.evaluate import evaluate, on_device
 from evalsentry.tasks.gate import gate_candidate
 from evalsentry.tasks.history import write_comparisons, write_history
 from evalsentry.tasks.report import publish_report
+from evalsentry.weeks import iso_week, now_utc
 
 SHA_CHARS = 8  # of the checkpoint's sha256 in the run name, as `git log --oneline` shortens
 
@@ -56,46 +55,31 @@ def evaluate_candidate(
     check_name("model", model)
     history = History(settings.store_url)
     try:
-        history.check_root()
-        if not new_model:
-            check_model_line(model, Registry(settings.registry_url), history)
-        names = evalsets_for(model, settings, evalsets)
+        names = candidate_evalsets(model, settings, history, evalsets, new_model=new_model)
     except UsageError as exc:  # an unusable store, an unknown model line, no evalset for it
         return fail(f"{iso_week()}: ERROR {model} candidate not evaluated", [str(exc)])
-    week, run_id = iso_week(), new_run_id()
-    target = Target(model, str(Path(checkpoint).resolve()))
-    meter, inference = CostMeter(), on_device(evaluate, device)
-    outcomes, validations, comparisons = [], {}, []
+    steps = CandidateSteps(
+        validate=validate_evalset,
+        load=load_evalset,
+        infer=on_device(evaluate, device),
+        record=lambda outcomes: write_history(settings.store_url, outcomes),
+        gate=lambda evaluation: gate_candidate(
+            settings.store_url, evaluation, settings.gate, settings.evalsets_dir
+        ),
+    )
     try:
-        for name in names:
-            validations[name] = validate_evalset(name, settings.evalsets_dir)
-            loaded = load_evalset(name, settings.evalsets_dir)
-            outcome = inference(
-                target,
-                loaded,
-                config=settings,
-                run_id=run_id,
-                week=week,
-                kind="candidate",
-                device=device,
-                meter=meter,
-                validation=validations[name],
-            )
-            outcomes.append(outcome)
-            write_history(settings.store_url, [outcome])
-            if not outcome.ok:
-                events.checkpoint_failed(outcome.evaluation)
-                return fail(
-                    f"{week}: ERROR {model} candidate {Path(checkpoint).name} (evaluation failed)",
-                    [f"{model} candidate {checkpoint}: {outcome.evaluation['error']}"],
-                )
-            comparisons += gate_candidate(
-                settings.store_url, outcome.evaluation, settings.gate, settings.evalsets_dir
-            ).comparisons
-    finally:
-        meter.close()
-    report = GateReport(week, comparisons, settings.gate.strict)
-    write_comparisons(settings.store_url, [c.row(run_id, now_utc()) for c in comparisons])
+        run = evaluate_candidate_(
+            checkpoint, model, names, settings, history, device=device, steps=steps
+        )
+    except CandidateNotEvaluated as exc:
+        events.checkpoint_failed(exc.outcome.evaluation)
+        return fail(
+            f"{exc.outcome.evaluation.get('week') or iso_week()}: ERROR {model} candidate "
+            f"{Path(checkpoint).name} (evaluation failed)",
+            [f"{model} candidate {checkpoint}: {exc.error}"],
+        )
+    report, run_id, outcomes, validations = run.report, run.run_id, run.outcomes, run.validations
+    write_comparisons(settings.store_url, [c.row(run_id, now_utc()) for c in report.comparisons])
     location = publish_report(
         settings.store_url,
         report,

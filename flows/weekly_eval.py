@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 from prefect import flow, get_run_logger, runtime
 from prefect.client.schemas.objects import State
@@ -23,9 +24,8 @@ from evalsentry.errors import (
 from evalsentry.evalsets import Evalset, list_evalsets
 from evalsentry.flows.dask_cluster import dask_runner
 from evalsentry.flows.runs import RUN_ID_CHARS, fail, short_id
-from evalsentry.gate import Comparison, GateReport, Verdict
-from evalsentry.history import History, iso_week, now_utc
-from evalsentry.names import check_week
+from evalsentry.gate import Comparison, GateReport, Reference, Verdict
+from evalsentry.history import History
 from evalsentry.pipeline import (
     WEEKLY_STAGES,
     Outcome,
@@ -43,6 +43,7 @@ from evalsentry.tasks.gate import gate_week
 from evalsentry.tasks.history import write_comparisons, write_drift, write_history
 from evalsentry.tasks.registry import resolve_targets
 from evalsentry.tasks.report import publish_report
+from evalsentry.weeks import check_week, iso_week, now_utc
 
 
 def resolve_week(week: str | None) -> str:
@@ -85,7 +86,8 @@ def _verdict(report: GateReport, drifted: Sequence[DriftResult]) -> State:
         headline = f"{report.week}: {drift[0]}" + (
             f" and {len(drift) - 1} more" if len(drift) > 1 else ""
         )
-    return fail(headline, [c.describe() for c in report.problems] + drift)
+    failed: State = fail(headline, [c.describe() for c in report.problems] + drift)
+    return failed
 
 
 def _not_evaluated(model: str, evalset: str, week: str, reason: str) -> Comparison:
@@ -96,7 +98,7 @@ def _not_evaluated(model: str, evalset: str, week: str, reason: str) -> Comparis
         model=model,
         version=None,
         evalset=evalset,
-        reference="none",
+        reference=Reference.NONE,
         metric="*",
         verdict=Verdict.ERROR,
         reason=reason,
@@ -106,27 +108,32 @@ def _not_evaluated(model: str, evalset: str, week: str, reason: str) -> Comparis
 Job = tuple[Target, Evalset, dict[str, Any]]
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """What every evaluation of one weekly run shares."""
+
+    settings: Config  # the loaded project config
+    config_path: str  # the file it came from: the flow's ``config`` parameter
+    run_id: str
+    week: str
+    device: str
+
+
 def _evaluate_jobs(
-    jobs: Sequence[Job],
-    settings: Config,
-    run_id: str,
-    week: str,
-    device: str,
-    meter: CostMeter | None,
-    runner: Any = None,
+    jobs: Sequence[Job], run: RunContext, meter: CostMeter | None, runner: Any = None
 ) -> list[Outcome]:
     """Submit one evaluate task per (checkpoint, evalset), to ``runner`` or the flow's own."""
-    inference = on_device(evaluate, device)
+    inference = on_device(evaluate, run.device)
     futures = []
     for target, evalset, validation in jobs:
         parameters = {
             "target": target,
             "evalset": evalset,
-            "config": settings,
-            "run_id": run_id,
-            "week": week,
+            "config": run.settings,
+            "run_id": run.run_id,
+            "week": run.week,
             "kind": "scheduled",
-            "device": device,
+            "device": run.device,
             "meter": meter,
             "validation": validation,
         }
@@ -140,15 +147,13 @@ FAN_OUT_DEPLOYMENT = "evaluate-one/evaluate-one"
 FAN_OUT_POLL_S = 2.0
 
 
-def _fan_out(
-    jobs: Sequence[Job], settings: Config, run_id: str, week: str, device: str, config: str
-) -> list[Outcome]:
+def _fan_out(jobs: Sequence[Job], run: RunContext) -> list[Outcome]:
     """Run each job as a child flow run of the `evaluate-one` deployment; gather from the history.
 
     Fails first when no worker polls the deployment's work queue: the children would wait forever.
     """
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.objects import WorkQueueStatus
+    from prefect.client.schemas.objects import FlowRun, WorkQueueStatus
     from prefect.deployments import run_deployment
 
     from evalsentry.history import History
@@ -156,7 +161,7 @@ def _fan_out(
 
     with get_client(sync_client=True) as client:
         deployment = client.read_deployment_by_name(FAN_OUT_DEPLOYMENT)
-        pool, queue = deployment.work_pool_name, deployment.work_queue_name
+        pool, queue = deployment.work_pool_name, deployment.work_queue_name or "default"
         if client.read_work_queue_by_name(queue, pool).status != WorkQueueStatus.READY:
             raise UsageError(
                 f"no worker has polled work queue {queue!r} of pool {pool!r} in the last minute: "
@@ -164,18 +169,21 @@ def _fan_out(
                 "--limit 1)"
             )
     children = [
-        run_deployment(
-            FAN_OUT_DEPLOYMENT,
-            parameters={
-                "model": target.model,
-                "version": target.version,
-                "evalset": evalset.spec.name,
-                "week": week,
-                "run_id": run_id,
-                "device": device,
-                "config": config,
-            },
-            timeout=0,
+        cast(
+            "FlowRun",
+            run_deployment(
+                FAN_OUT_DEPLOYMENT,
+                parameters={
+                    "model": target.model,
+                    "version": target.version,
+                    "evalset": evalset.spec.name,
+                    "week": run.week,
+                    "run_id": run.run_id,
+                    "device": run.device,
+                    "config": run.config_path,
+                },
+                timeout=0,
+            ),
         )
         for target, evalset, _ in jobs
     ]
@@ -185,7 +193,7 @@ def _fan_out(
                 time.sleep(FAN_OUT_POLL_S)
             if not state.is_completed():
                 raise UsageError(f"child flow run {child.name} ended {state.name}: {state.message}")
-    return outcomes_of_run(History(settings.store_url), run_id)
+    return outcomes_of_run(History(run.settings.store_url), run.run_id)
 
 
 def _validate_all(
@@ -209,31 +217,27 @@ def _validate_all(
 
 def _evaluate_and_record(
     jobs: Sequence[Job],
-    settings: Config,
-    run_id: str,
-    week: str,
-    device: str,
-    config: str,
+    run: RunContext,
     task_runner: str,
     dask_address: str | None,
     fan_out: bool,
 ) -> list[Outcome]:
     """Run the jobs where asked (threads, Dask, or child flow runs) and append them to the history."""
     if fan_out:  # the child runs append their own results
-        return _fan_out(jobs, settings, run_id, week, device, config)
+        return _fan_out(jobs, run)
     if task_runner == "dask":  # each worker measures its own energy
         with dask_runner(dask_address) as runner:
-            outcomes = _evaluate_jobs(jobs, settings, run_id, week, device, None, runner)
+            outcomes = _evaluate_jobs(jobs, run, None, runner)
     elif task_runner == "thread":
         meter = CostMeter()
         try:
-            outcomes = _evaluate_jobs(jobs, settings, run_id, week, device, meter)
+            outcomes = _evaluate_jobs(jobs, run, meter)
         finally:
             meter.close()
     else:
         raise UsageError(f"task_runner {task_runner!r}: use thread or dask")
     if outcomes:
-        write_history(settings.store_url, outcomes)
+        write_history(run.settings.store_url, outcomes)
     return outcomes
 
 
@@ -298,9 +302,8 @@ def weekly_eval(
         if validations[name].get("success")
     }
     jobs = [(target, loaded[name], validations[name]) for target, name in pairs if name in loaded]
-    outcomes = _evaluate_and_record(
-        jobs, settings, run_id, week, device, config, task_runner, dask_address, fan_out
-    )
+    run = RunContext(settings, config, run_id, week, device)
+    outcomes = _evaluate_and_record(jobs, run, task_runner, dask_address, fan_out)
     drifts = [
         d
         for evalset in loaded.values()
@@ -325,7 +328,7 @@ def weekly_eval(
     )
     write_drift(settings.store_url, [d.row(run_id, week) for d in drifts])
     for result in drifts:
-        if result.verdict != "PASS":
+        if result.verdict != Verdict.PASS:
             events.drift(result, week)
     location = publish_report(
         settings.store_url,
@@ -346,7 +349,7 @@ def weekly_eval(
     bad = report.problems
     for comparison in bad:
         events.regression(comparison, week)
-    drifted = [d for d in drifts if d.verdict == "FAIL"] if settings.drift.fail_run else []
+    drifted = [d for d in drifts if d.verdict == Verdict.FAIL] if settings.drift.fail_run else []
     if bad or drifted:
         events.week_failed(report, drifted)  # the one alert of a failed week
         return _verdict(report, drifted)
@@ -356,6 +359,6 @@ def weekly_eval(
         "warnings": [c.describe() for c in report.warnings],
         "inconclusive": [c.describe() for c in report.inconclusive],
         "evaluations": len(outcomes),
-        "drift": {d.feature + (f"@{d.model}" if d.model else ""): d.verdict for d in drifts},
+        "drift": {d.feature + (f"@{d.model}" if d.model else ""): str(d.verdict) for d in drifts},
         "report": location,
     }

@@ -5,7 +5,8 @@ from __future__ import annotations
 import atexit
 import functools
 import time
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+from uuid import UUID
 
 from prefect import Task, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
@@ -43,7 +44,7 @@ def on_device(task_: T, device: str) -> T:
 
     if device == "auto":
         device = resolve_device(device)
-    return task_.with_options(tags={"gpu"}) if device.startswith("cuda") else task_
+    return cast("T", task_.with_options(tags={"gpu"})) if device.startswith("cuda") else task_
 
 
 @task(
@@ -71,8 +72,12 @@ def evaluate(
     ``meter`` is the run's energy tracker when tasks share a process (threads); without one (a
     Dask worker, a child flow run) the task uses its process's own tracker, started once.
     """
-    artifact_id = create_progress_artifact(
-        0.0, description=f"Inference of {target.model}@v{target.version} on {evalset.spec.name}"
+    artifact_id: UUID | None = cast(  # sync_compatible: a UUID when called from sync code
+        "UUID | None",
+        create_progress_artifact(
+            0.0,
+            description=f"Inference of {target.model}@v{target.version} on {evalset.spec.name}",
+        ),
     )
 
     last = time.monotonic()

@@ -107,4 +107,5 @@ def drift(result: DriftResult, week: str) -> None:
             "prefect.resource.name": result.evalset,
         }
     )
-    emit_event(DRIFT, resource=resource, payload={**asdict(result), "week": week})
+    payload = {**asdict(result), "verdict": str(result.verdict), "week": week}
+    emit_event(DRIFT, resource=resource, payload=payload)

@@ -23,8 +23,8 @@ from typing import Any
 from evalsentry.config import load_config
 from evalsentry.flows.runs import outcome_line
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.history import iso_week, now_utc
 from evalsentry.registry import Registry
+from evalsentry.weeks import iso_week, now_utc
 from examples.digits.train import train
 
 EVALSETS = Path(__file__).parents[2] / "evalsets"

@@ -7,7 +7,15 @@ never pay for torch, Great Expectations or pandas.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what __getattr__ below loads on first use, declared for type checkers
+    from evalsentry.checkpoint import load_checkpoint, save_checkpoint
+    from evalsentry.config import load_config
+    from evalsentry.evalsets import load_evalset
+    from evalsentry.freeze import freeze_evalset
+    from evalsentry.inference import evaluate
+    from evalsentry.registry import Registry
 
 __version__ = "0.1.0"
 

@@ -68,6 +68,18 @@ class CostMeter:
                 self._failed = True
         return self._tracker
 
+    def start_in_background(self) -> None:
+        """Start the tracker on a thread now; the first ``measure`` waits for it.
+
+        Its hardware probe takes about a second: this overlaps it with loading model and data.
+        """
+
+        def start() -> None:
+            with self._lock:
+                self._start()
+
+        threading.Thread(target=start, name="evalsentry-cost-meter", daemon=True).start()
+
     @contextmanager
     def measure(self, name: str) -> Iterator[Measurement]:
         """Measure the energy of the enclosed block (None when it cannot be measured)."""
@@ -86,12 +98,13 @@ class CostMeter:
                 measurement.method = self._method
 
     def close(self) -> None:
-        """Stop the tracker."""
-        if self._tracker is not None:
-            try:
-                self._tracker.stop()
-            finally:
-                self._tracker = None
+        """Stop the tracker (after a background start has finished)."""
+        with self._lock:
+            if self._tracker is not None:
+                try:
+                    self._tracker.stop()
+                finally:
+                    self._tracker = None
 
 
 def cost_fields(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import glob
 import logging
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ import pyarrow as pa
 from evalsentry.config import DriftPolicy
 from evalsentry.errors import EvalsetError
 from evalsentry.storage import filesystem
+from evalsentry.verdicts import Verdict
 
 if TYPE_CHECKING:
     from evalsentry.evalsets import Evalset
@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 PSI_BINS = 10
 KS_EXACT_BELOW = 50
 PSI_FLOOR = 1e-4  # keeps empty bins from making the index infinite
-SUMMARIES = ("mean", "std", "min", "max", "ink_fraction")
 
 
 @dataclass(frozen=True)
@@ -47,12 +46,12 @@ class DriftResult:
     p_adjusted: float
     n_reference: int
     n_live: int
-    verdict: str
+    verdict: Verdict  # PASS, WARN or FAIL
     model: str | None = None
 
     def row(self, run_id: str, week: str) -> dict[str, Any]:
         """The history row of this result."""
-        return {**asdict(self), "run_id": run_id, "week": week}
+        return {**asdict(self), "verdict": str(self.verdict), "run_id": run_id, "week": week}
 
 
 def psi(reference: np.ndarray, live: np.ndarray, bins: int = PSI_BINS) -> float:
@@ -148,7 +147,7 @@ def input_drift(evalset: Evalset, live: np.ndarray, policy: DriftPolicy) -> list
                 p_adjusted=float(p_adj),
                 n_reference=len(reference[name]),
                 n_live=len(current[name]),
-                verdict=policy.verdict(index, float(p_adj)),
+                verdict=Verdict(policy.verdict(index, float(p_adj))),
             )
         )
     return results
@@ -186,14 +185,6 @@ def prediction_drift(
         p_adjusted=float(test.pvalue),
         n_reference=len(reference_predictions),
         n_live=len(live_predictions),
-        verdict=policy.verdict(index, float(test.pvalue)),
+        verdict=Verdict(policy.verdict(index, float(test.pvalue))),
         model=model,
     )
-
-
-def summarise(results: list[DriftResult]) -> Mapping[str, int]:
-    """Counts of results per verdict."""
-    counts: dict[str, int] = {}
-    for result in results:
-        counts[result.verdict] = counts.get(result.verdict, 0) + 1
-    return counts

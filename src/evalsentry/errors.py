@@ -33,9 +33,16 @@ class CheckFailed(EvalsentryError):
     exit_code = EXIT_CHECK_FAILED
 
 
-def did_you_mean(value: str, choices: Iterable[str]) -> str:
-    """Return `` Did you mean 'x'?`` for the closest choice, or an empty string."""
-    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
+def did_you_mean(value: str, choices: Iterable[str], *, cutoff: float = 0.6) -> str:
+    """Return `` Did you mean 'x'?`` for the closest choice, or an empty string.
+
+    ``cutoff`` is difflib's similarity floor (a caller expecting abbreviations such as ``acc``
+    for ``accuracy`` lowers it); a choice that begins with ``value`` is the fallback when none
+    is close enough.
+    """
+    known = list(choices)
+    close = difflib.get_close_matches(value, known, n=1, cutoff=cutoff)
+    close = close or ([choice for choice in known if choice.startswith(value)][:1] if value else [])
     return f" Did you mean '{close[0]}'?" if close else ""
 
 
@@ -243,14 +250,6 @@ class NonFiniteOutput(CheckFailed):
 
 class HistoryError(UsageError):
     """The history store cannot be read or written."""
-
-
-class RegressionDetected(CheckFailed):
-    """The gate found at least one FAIL verdict; ``report`` holds every comparison."""
-
-    def __init__(self, message: str, report: object = None) -> None:
-        self.report = report
-        super().__init__(message)
 
 
 # --- trust: what a checkpoint may run and how large it may be ---------------------------------

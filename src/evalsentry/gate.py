@@ -14,21 +14,17 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from evalsentry.config import GatePolicy
-from evalsentry.errors import ConfigError, did_you_mean
-from evalsentry.history import History, latest_week
-from evalsentry.verdicts import (
-    BRIEF_REASON_CHARS,
-    OVERALL,
-    SEVERITY,
-    Comparison,
-    GateReport,
-    Verdict,
-)
+from evalsentry.errors import did_you_mean
+from evalsentry.history import History
+from evalsentry.metrics import OVERALL, metric_names, slice_columns, slice_masks
+from evalsentry.verdicts import SEVERITY, Comparison, GateReport, Verdict
+from evalsentry.weeks import latest_week
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,22 +32,30 @@ if TYPE_CHECKING:
     from evalsentry.comparison import Family, Unit
 
 __all__ = [
-    "BRIEF_REASON_CHARS",
-    "OVERALL",
     "SEVERITY",
     "Comparison",
     "GateReport",
+    "Reference",
     "Verdict",
     "align",
     "compare",
     "gate_candidate",
     "gate_week",
-    "metric_names",
     "nothing_evaluated",
     "read_pairs",
 ]
 
 log = logging.getLogger(__name__)
+
+
+class Reference(StrEnum):
+    """What a comparison is against; stored as its text in the history's ``reference`` column."""
+
+    PREVIOUS_WEEK = "previous-week"
+    BASELINE = "baseline"
+    PRODUCTION = "production"  # a candidate against the production checkpoint of its line
+    NONE = "none"  # a verdict on a whole evaluation: failed, nothing evaluated, first week
+
 
 ENVIRONMENT_FIELDS = (
     "device",
@@ -62,21 +66,6 @@ ENVIRONMENT_FIELDS = (
     "driver_version",
     "precision",
 )
-
-
-def metric_names(
-    evalset_metrics: Sequence[str] | None, task: str, num_classes: int | None
-) -> list[str]:
-    """The metrics an evalset is judged on: its own list, else the task's defaults."""
-    from evalsentry.metrics import UnknownMetric, default_metrics, get_metric
-
-    names = list(evalset_metrics or default_metrics(task, num_classes))  # type: ignore[arg-type]
-    try:
-        for name in names:
-            get_metric(name)
-    except UnknownMetric as exc:
-        raise ConfigError("evalset.yaml", "metrics", str(exc)) from None
-    return names
 
 
 def align(
@@ -102,17 +91,12 @@ def _units(columns: dict[str, np.ndarray], policy: GatePolicy) -> list[Unit]:
     from evalsentry.comparison import Unit
 
     family: Family = "gate" if policy.slices == "gate" else "report"
-    units = [Unit(OVERALL, None, "gate")]
-    for name in sorted(c for c in columns if c.startswith("slice:")):
-        values = columns[name].astype(str)
-        units += [
-            Unit(f"{name[6:]}={v}", values == v, family) for v in sorted(set(values.tolist()))
-        ]
-    return units
+    slices = slice_masks(slice_columns(columns))
+    return [Unit(OVERALL, None, "gate")] + [Unit(name, mask, family) for name, mask in slices]
 
 
 def _verdict(
-    row: pd.Series, verdict: Verdict, reference: str, reason: str, **fields: Any
+    row: pd.Series, verdict: Verdict, reference: Reference, reason: str, **fields: Any
 ) -> Comparison:
     """A verdict on one evaluation row as a whole (metric ``*`` unless given)."""
     return Comparison(
@@ -129,7 +113,7 @@ def _verdict(
     )
 
 
-def _error(row: pd.Series, reference: str, reason: str, **fields: Any) -> Comparison:
+def _error(row: pd.Series, reference: Reference, reason: str, **fields: Any) -> Comparison:
     return _verdict(row, Verdict.ERROR, reference, reason, **fields)
 
 
@@ -170,7 +154,7 @@ def compare(
     history: History,
     current: pd.Series,
     reference: pd.Series,
-    reference_kind: str,
+    reference_kind: Reference,
     policy: GatePolicy,
     names: Sequence[str],
     num_classes: int | None,
@@ -336,7 +320,7 @@ def gate_week(
             week, [nothing_evaluated(history, week, model or models, evalset)], policy.strict
         )
     for _, row in this_week[this_week["status"] != "ok"].iterrows():
-        comparisons.append(_error(row, "none", f"evaluation failed: {row['error']}"))
+        comparisons.append(_error(row, Reference.NONE, f"evaluation failed: {row['error']}"))
     ok = frame[frame["status"] == "ok"]
     production = ok[ok["stage"] == "production"]
     for (line_model, line_evalset), line in production.groupby(["model", "evalset"]):
@@ -351,12 +335,12 @@ def gate_week(
             continue
         previous = earlier.iloc[-1]
         comparisons += compare(
-            history, current, previous, "previous-week", policy, names, num_classes
+            history, current, previous, Reference.PREVIOUS_WEEK, policy, names, num_classes
         )
         baseline = _baseline_row(history, line, str(line_model))
         if baseline is not None and baseline["week"] not in (previous["week"], week):
             comparisons += compare(
-                history, current, baseline, "baseline", policy, names, num_classes
+                history, current, baseline, Reference.BASELINE, policy, names, num_classes
             )
         candidates = ok[
             (ok["week"] == week)
@@ -366,7 +350,14 @@ def gate_week(
         ]
         for _, candidate in candidates.iterrows():
             comparisons += compare(
-                history, candidate, current, "production", policy, names, num_classes, gating=False
+                history,
+                candidate,
+                current,
+                Reference.PRODUCTION,
+                policy,
+                names,
+                num_classes,
+                gating=False,
             )
     return GateReport(week, comparisons, policy.strict)
 
@@ -408,7 +399,7 @@ def nothing_evaluated(
         model="*",
         version=None,
         evalset=evalset or "*",
-        reference="none",
+        reference=Reference.NONE,
         metric="*",
         verdict=Verdict.ERROR,
         reason="; ".join([scope, *hints]),
@@ -419,7 +410,7 @@ def _baseline_marker(current: pd.Series) -> Comparison:
     return _verdict(
         current,
         Verdict.BASELINE,
-        "none",
+        Reference.NONE,
         "first week of this model line: it becomes the baseline",
     )
 
@@ -453,8 +444,12 @@ def gate_candidate(
         return GateReport(candidate["week"], [marker], policy.strict)
     names, num_classes = _spec_for(candidate, evalsets_dir)
     reference = production.iloc[-1]
-    comparisons = compare(history, candidate, reference, "production", policy, names, num_classes)
+    comparisons = compare(
+        history, candidate, reference, Reference.PRODUCTION, policy, names, num_classes
+    )
     baseline = _baseline_row(history, production, str(candidate["model"]))
     if baseline is not None and baseline["evaluation_id"] != reference["evaluation_id"]:
-        comparisons += compare(history, candidate, baseline, "baseline", policy, names, num_classes)
+        comparisons += compare(
+            history, candidate, baseline, Reference.BASELINE, policy, names, num_classes
+        )
     return GateReport(candidate["week"], comparisons, policy.strict)

@@ -27,7 +27,6 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,8 +34,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from evalsentry.errors import HistoryError, InvalidName
-from evalsentry.names import check_name, check_week, week_start
+from evalsentry.errors import HistoryError
+from evalsentry.names import check_name
 from evalsentry.storage import (
     blocking_file,
     filesystem,
@@ -45,6 +44,13 @@ from evalsentry.storage import (
     unique_name,
     write_atomic,
 )
+from evalsentry.weeks import check_week
+
+# Weeks live in evalsentry.weeks; these stay importable from here for the callers that predate it.
+from evalsentry.weeks import iso_week as iso_week  # noqa: PLC0414
+from evalsentry.weeks import latest_week as latest_week  # noqa: PLC0414
+from evalsentry.weeks import now_utc as now_utc  # noqa: PLC0414
+from evalsentry.weeks import weeks_in_order as weeks_in_order  # noqa: PLC0414
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -190,38 +196,6 @@ SCHEMAS = {
     COMPARISONS: COMPARISONS_SCHEMA,
     DRIFT: DRIFT_SCHEMA,
 }
-
-
-def now_utc() -> datetime:
-    """The current time, timezone-aware."""
-    return datetime.now(UTC)
-
-
-def iso_week(moment: datetime | None = None) -> str:
-    """The ISO week of ``moment`` (default now), like ``2026-W49``."""
-    year, week, _ = (moment or now_utc()).isocalendar()
-    return check_week(f"{year}-W{week:02d}")
-
-
-def weeks_in_order(weeks: Iterable[object]) -> list[str]:
-    """The distinct valid weeks among ``weeks``, oldest first, ordered as dates.
-
-    A week string that is not a valid ISO week (written before weeks were checked strictly,
-    e.g. with full-width digits) is left out with a warning, never picked as the latest.
-    """
-    valid: dict[str, date] = {}
-    for week in {str(w) for w in weeks}:
-        try:
-            valid[week] = week_start(week)
-        except InvalidName as exc:
-            log.warning("history: ignoring a row of an invalid week (%s)", exc)
-    return sorted(valid, key=valid.__getitem__)
-
-
-def latest_week(weeks: Iterable[object]) -> str | None:
-    """The latest valid week among ``weeks`` (compared as dates), or None when there is none."""
-    ordered = weeks_in_order(weeks)
-    return ordered[-1] if ordered else None
 
 
 def _table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:

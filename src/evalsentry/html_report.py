@@ -15,20 +15,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evalsentry.gate import GateReport, Verdict, align
+from evalsentry.gate import GateReport, Reference, Verdict, align
 from evalsentry.history import History
 from evalsentry.report import counts_line
 
 if TYPE_CHECKING:
     import pandas as pd
 
-VERDICT_COLOUR = {
-    "PASS": "#2e7d32",
-    "BASELINE": "#1565c0",
-    "WARN": "#ef6c00",
-    "INCONCLUSIVE": "#546e7a",
-    "FAIL": "#c62828",
-    "ERROR": "#6a1b9a",
+VERDICT_COLOUR: dict[str, str] = {
+    Verdict.PASS: "#2e7d32",
+    Verdict.BASELINE: "#1565c0",
+    Verdict.WARN: "#ef6c00",
+    Verdict.INCONCLUSIVE: "#546e7a",
+    Verdict.FAIL: "#c62828",
+    Verdict.ERROR: "#6a1b9a",
 }
 FLIP_IDS_SHOWN = 8
 STYLE = """
@@ -105,7 +105,7 @@ def trend_chart(
                 color=VERDICT_COLOUR[verdict],
                 s=40,
                 zorder=3,
-                marker="X" if verdict in ("FAIL", "ERROR") else "o",
+                marker="X" if verdict in (Verdict.FAIL, Verdict.ERROR) else "o",
             )
     axes.set_xticks(
         x, rows["week"].str.replace(r"^\d{4}-", "", regex=True), fontsize=7, rotation=45
@@ -176,7 +176,7 @@ def _line_section(history: History, report: GateReport, line: pd.DataFrame, week
             rows = stored[
                 (stored["metric"] == metric)
                 & (stored["slice"] == "")
-                & (stored["reference"] == "previous-week")
+                & (stored["reference"] == Reference.PREVIOUS_WEEK)
             ]
             verdicts = dict(zip(rows["week"], rows["verdict"], strict=True))
         for c in report.comparisons:
@@ -184,7 +184,7 @@ def _line_section(history: History, report: GateReport, line: pd.DataFrame, week
                 c.evaluation_id == current["evaluation_id"]
                 and c.metric == metric
                 and not c.slice
-                and c.reference == "previous-week"
+                and c.reference == Reference.PREVIOUS_WEEK
             ):
                 verdicts[week] = str(c.verdict)
         parts.append(

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from evalsentry.errors import NonFiniteOutput, UsageError
+from evalsentry.metrics import slice_column
 
 if TYPE_CHECKING:
     import torch
@@ -484,7 +485,7 @@ def _per_example(
             "loss": ((prediction - targets) ** 2).double().cpu().numpy(),
         }
     for name, values in evalset.slices.items():
-        columns[f"slice:{name}"] = values
+        columns[slice_column(name)] = values
     return columns
 
 

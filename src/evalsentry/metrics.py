@@ -10,7 +10,6 @@ models of a paired comparison) share the very same resample indices.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
+
+from evalsentry.errors import ConfigError, did_you_mean
 
 Task = Literal["classification", "regression"]
 PairedTest = Literal["mcnemar", "bootstrap"]
@@ -39,6 +40,10 @@ _SUGGESTION_CUTOFF = 0.5
 # Resampling one example always reproduces it: a zero-width, meaningless CI.
 _MIN_BOOTSTRAP_N = 2
 _TOP_K_NAME = re.compile(r"^top(\d+)_accuracy$")
+# Metrics are computed overall (the slice named OVERALL) and per value of every slice column;
+# an evaluation's slice columns are named SLICE_PREFIX + the evalset's slice name.
+OVERALL = ""
+SLICE_PREFIX = "slice:"
 
 
 @dataclass(frozen=True)
@@ -281,15 +286,55 @@ def get_metric(name: str) -> Metric:
     if match and int(match.group(1)) >= 1:
         return top_k_accuracy(int(match.group(1)))
     known = sorted(METRICS)
-    close = difflib.get_close_matches(name, known, n=1, cutoff=_SUGGESTION_CUTOFF)
-    close = close or [candidate for candidate in known if candidate.startswith(name)][:1]
-    hint = f"Did you mean '{close[0]}'?" if close else f"Known metrics: {', '.join(known)}."
-    raise UnknownMetric(f"Unknown metric '{name}'. {hint}")
+    hint = did_you_mean(name, known, cutoff=_SUGGESTION_CUTOFF) or (
+        f" Known metrics: {', '.join(known)}."
+    )
+    raise UnknownMetric(f"Unknown metric '{name}'.{hint}")
 
 
 def default_metrics(task: Task, num_classes: int | None = None) -> tuple[str, ...]:
     """The default metric names for ``task`` that are offered for ``num_classes``."""
     return tuple(name for name in DEFAULT_METRICS[task] if METRICS[name].is_applicable(num_classes))
+
+
+def metric_names(
+    evalset_metrics: Sequence[str] | None, task: str, num_classes: int | None
+) -> list[str]:
+    """The metrics an evalset is judged on: its own list, else the task's defaults.
+
+    Raises:
+        ConfigError: The evalset names an unknown metric.
+    """
+    names = list(evalset_metrics or default_metrics(task, num_classes))  # type: ignore[arg-type]
+    try:
+        for name in names:
+            get_metric(name)
+    except UnknownMetric as exc:
+        raise ConfigError("evalset.yaml", "metrics", str(exc)) from None
+    return names
+
+
+def slice_column(name: str) -> str:
+    """The evaluation column holding the values of the evalset's slice ``name``."""
+    return SLICE_PREFIX + name
+
+
+def slice_columns(columns: Mapping[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
+    """The slices among an evaluation's columns, by slice name, in name order."""
+    return {
+        column.removeprefix(SLICE_PREFIX): columns[column]
+        for column in sorted(columns)
+        if column.startswith(SLICE_PREFIX)
+    }
+
+
+def slice_masks(slices: Mapping[str, Any]) -> list[tuple[str, BoolArray]]:
+    """``(name=value, mask)`` for every value of every slice: the rows each slice value selects."""
+    masks = []
+    for name, raw in slices.items():
+        labels = np.asarray(raw).astype(str)
+        masks += [(f"{name}={v}", labels == v) for v in sorted(set(labels.tolist()))]
+    return masks
 
 
 def _n_rows(columns: Columns, names: Sequence[str]) -> int:

@@ -30,7 +30,8 @@ from evalsentry.errors import (
     UsageError,
     did_you_mean,
 )
-from evalsentry.history import History, now_utc
+from evalsentry.history import History
+from evalsentry.weeks import now_utc
 
 if TYPE_CHECKING:
     from evalsentry.evalsets import Evalset
@@ -262,8 +263,8 @@ def evaluate_checkpoint(
     The model is built by the factory pinned in the target's registry entry (a file given
     directly: its own), only if ``config.trust`` admits it.
     """
-    from evalsentry.gate import metric_names
     from evalsentry.isolation import EvaluationFailed, evaluate_isolated, failure_reason
+    from evalsentry.metrics import metric_names
 
     evaluation_id = uuid.uuid4().hex
     started, clock = now_utc(), time.perf_counter()
@@ -370,13 +371,9 @@ def _metric_rows(
     evalset: Evalset,
     row: Mapping[str, Any],
 ) -> list[dict[str, Any]]:
-    from evalsentry.gate import OVERALL
-    from evalsentry.metrics import compute_metrics, get_metric
+    from evalsentry.metrics import OVERALL, compute_metrics, get_metric, slice_masks
 
-    units: list[tuple[str, np.ndarray | None]] = [(OVERALL, None)]
-    for name, raw in evalset.slices.items():
-        labels = np.asarray(raw).astype(str)
-        units += [(f"{name}={v}", labels == v) for v in sorted(set(labels.tolist()))]
+    units: list[tuple[str, np.ndarray | None]] = [(OVERALL, None), *slice_masks(evalset.slices)]
     rows = []
     for slice_name, mask in units:
         values = compute_metrics(

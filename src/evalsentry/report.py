@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
 from typing import Any
 
-from evalsentry.gate import SEVERITY, Comparison, GateReport, Verdict
+from evalsentry.gate import SEVERITY, Comparison, GateReport, Reference, Verdict
 
 VERDICT_MARK = {
     Verdict.PASS: "✅ PASS",
@@ -83,6 +83,16 @@ def counts_line(report: GateReport) -> str:
         f"{len(report.failures)} regression(s), {len(report.errors)} error(s), "
         f"{unsure}{len(report.warnings)} warning(s)"
     )
+
+
+def _validation_result(validation: Mapping[str, Any]) -> str:
+    """``passed``, ``passed (reused from run …)`` or ``FAILED: …``."""
+    if not validation.get("success"):
+        return f"FAILED: {validation.get('error', '')}"
+    source = validation.get("reused_from")
+    if isinstance(source, Mapping):
+        return f"passed (reused from run {source.get('run_id')}, {source.get('week')})"
+    return "passed"
 
 
 def gate_markdown(report: GateReport, *, include_slices: bool = True) -> str:
@@ -171,11 +181,10 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str
 
 
 REFERENCE_COLUMNS = {  # the summary's reference columns, in this order when present
-    "previous-week": "vs previous week",
-    "baseline": "vs baseline",
-    "production": "vs production",
+    Reference.PREVIOUS_WEEK: "vs previous week",
+    Reference.BASELINE: "vs baseline",
+    Reference.PRODUCTION: "vs production",
 }
-NO_REFERENCE = "none"  # a verdict on a whole evaluation: failed, invalid evalset, first week
 DISPLAY_DIGITS = 4  # table artifact values: significant digits, and at least as many decimals
 LINK_EXPIRY = timedelta(days=7)  # S3's longest presigned URL; a weekly report is read that week
 
@@ -193,7 +202,7 @@ def _summary_cell(c: Comparison, week: str) -> str:
 
     The reference week drops its year when it is ``week``'s (``W48``, not ``2026-W48``).
     """
-    if c.reference == NO_REFERENCE or c.delta is None:
+    if c.reference == Reference.NONE or c.delta is None:
         what = "first week, the baseline" if c.verdict == Verdict.BASELINE else c.reason
         return f"{_icon(c.verdict)} {what.split(':')[0]}"  # the cause; its detail is below
     reference_week = c.reference_week or ""
@@ -215,11 +224,11 @@ def summary_table(report: GateReport) -> list[str]:
     if not overall:
         return ["Nothing to compare yet."]
     present = {c.reference for c in overall}
-    columns = [r for r in REFERENCE_COLUMNS if r in present] or [NO_REFERENCE]
+    columns = [r for r in REFERENCE_COLUMNS if r in present] or [Reference.NONE]
     rows: dict[tuple[Any, ...], dict[str, Comparison]] = {}
     for c in overall:
         key = (c.model, c.version, c.evalset, c.metric)
-        column = c.reference if c.reference in REFERENCE_COLUMNS else NO_REFERENCE
+        column = c.reference if c.reference in REFERENCE_COLUMNS else Reference.NONE
         rows.setdefault(key, {}).setdefault(column, c)
 
     def order(cells: dict[str, Comparison]) -> tuple[bool, int]:
@@ -232,8 +241,8 @@ def summary_table(report: GateReport) -> list[str]:
         rows.items(), key=lambda item: order(item[1])
     ):
         now = next((c.value for c in cells.values() if c.value is not None), None)
-        if NO_REFERENCE in cells:  # a whole-evaluation verdict: say it under the first reference
-            spread = [_summary_cell(cells[NO_REFERENCE], report.week)] + [""] * (len(columns) - 1)
+        if Reference.NONE in cells:  # a whole-evaluation verdict: say it under the first reference
+            spread = [_summary_cell(cells[Reference.NONE], report.week)] + [""] * (len(columns) - 1)
         else:
             spread = [_summary_cell(cells[r], report.week) if r in cells else "" for r in columns]
         who = "every checkpoint" if model == "*" else _checkpoint(model, version)
@@ -403,7 +412,7 @@ def weekly_markdown(
         [
             [
                 name,
-                "passed" if v.get("success") else f"FAILED: {v.get('error', '')}",
+                _validation_result(v),
                 v.get("evaluated", ""),
                 v.get("failed", ""),
             ]

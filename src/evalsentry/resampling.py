@@ -31,6 +31,8 @@ Columns = Mapping[str, NDArray[Any]]
 DEFAULT_SWAPS = 2000
 # Swaps are drawn in blocks of about this many (swap, example) cells: 8 MB whatever n is.
 _BLOCK_CELLS = 1 << 20
+# Moved examples x term columns up to this many cells (32 MB) form a dense matrix.
+_DENSE_CELLS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -62,34 +64,82 @@ def _check_pairs(ref_columns: Columns, cur_columns: Columns, names: Sequence[str
     return lengths.pop()
 
 
+@dataclass(frozen=True)
+class _Terms:
+    """Every metric's per-example terms as global columns: ``(terms, 2n)`` keys and values.
+
+    Rows ``0..n-1`` of each are the reference's examples, ``n..2n-1`` the current's; term ``j``
+    of a metric owns the columns ``[start, stop)`` of its span, ``width`` columns in all.
+    """
+
+    columns: NDArray[np.intp]
+    values: FloatArray
+    width: int
+
+    def sums(self, weights: FloatArray, part: slice) -> FloatArray:
+        """Weighted column sums over the examples of ``part``, accumulated example by example."""
+        cols = self.columns[:, part].T.ravel()  # example-major, as a sparse row product adds
+        data = (self.values[:, part] * weights[None, :]).T.ravel()
+        return np.bincount(cols, weights=data, minlength=self.width).astype(np.float64)
+
+
 def _term_matrix(
     metrics: Sequence[Metric], columns: Columns, num_classes: int | None, n: int
-) -> tuple[Any, list[list[tuple[int, int]]]]:
-    """Both models' per-example terms as one sparse ``(2n, width)`` matrix, and each metric's spans.
-
-    Rows 0..n-1 are the reference's examples, n..2n-1 the current's; term ``j`` of a metric owns
-    the columns ``[start, stop)`` of its span.
-    """
-    from scipy import sparse
-
-    rows, cols, data, spans = [], [], [], []
+) -> tuple[_Terms, list[list[tuple[int, int]]]]:
+    """Both models' per-example terms (see :class:`_Terms`), and each metric's spans."""
+    keys, data, spans = [], [], []
     width = 0
     for metric in metrics:
         own = []
         for term in metric.stats_fn(columns, num_classes):
             key = np.zeros(2 * n, np.intp) if term.key is None else np.asarray(term.key, np.intp)
             value = np.ones(2 * n) if term.value is None else np.asarray(term.value, np.float64)
-            rows.append(np.arange(2 * n))
-            cols.append(key + width)
+            keys.append(key + width)
             data.append(value)
             own.append((width, width + term.n_keys))
             width += term.n_keys
         spans.append(own)
-    matrix = sparse.csr_matrix(
-        (np.concatenate(data), (np.concatenate(rows), np.concatenate(cols))),
-        shape=(2 * n, width),
+    return _Terms(np.stack(keys), np.stack(data), width), spans
+
+
+def _moves(terms: _Terms, n: int) -> tuple[NDArray[np.intp], NDArray[np.intp], FloatArray]:
+    """Current-minus-reference terms of the examples the two models treat apart.
+
+    Returns ``(changed, columns, weights)``: the changed examples, and for each of them two
+    entries per term (``(changed, 2 * terms)``, example-major): where both models' keys agree
+    the difference of their values and a zero, else the current's value and minus the
+    reference's. Nothing is changed where every entry is zero.
+    """
+    ref_cols, cur_cols = terms.columns[:, :n], terms.columns[:, n:]
+    ref_vals, cur_vals = terms.values[:, :n], terms.values[:, n:]
+    same = ref_cols == cur_cols
+    first = np.where(same, cur_vals - ref_vals, cur_vals)
+    second = np.where(same, 0.0, -ref_vals)
+    changed = np.flatnonzero(((first != 0) | (second != 0)).any(axis=0))
+    columns = np.stack([cur_cols[:, changed], ref_cols[:, changed]], axis=2)  # (terms, m, 2)
+    weights = np.stack([first[:, changed], second[:, changed]], axis=2)
+    entries = 2 * terms.columns.shape[0]
+    return (
+        changed,
+        columns.transpose(1, 0, 2).reshape(changed.size, entries),
+        weights.transpose(1, 0, 2).reshape(changed.size, entries),
     )
-    return matrix, spans
+
+
+def _moved_matrix(columns: NDArray[np.intp], weights: FloatArray, width: int) -> Any:
+    """The swapped examples' differences as a ``(examples, width)`` matrix.
+
+    Dense (a BLAS product, and no scipy import on the gate's path) while it stays small;
+    scipy's sparse matrix when many examples meet many columns (a many-class metric).
+    """
+    m = columns.shape[0]
+    if m * width <= _DENSE_CELLS:
+        flat = (np.arange(m, dtype=np.intp)[:, None] * width + columns).ravel()
+        return np.bincount(flat, weights=weights.ravel(), minlength=m * width).reshape(m, width)
+    from scipy import sparse
+
+    rows = np.repeat(np.arange(m, dtype=np.intp), columns.shape[1])
+    return sparse.csr_matrix((weights.ravel(), (rows, columns.ravel())), shape=(m, width))
 
 
 def _reduce(
@@ -149,18 +199,16 @@ def swap_values(
         name: np.concatenate([np.asarray(ref_columns[name]), np.asarray(cur_columns[name])])
         for name in names
     }
-    matrix, spans = _term_matrix(metrics, stacked, num_classes, n)
-    reference, current = matrix[:n], matrix[n:]
-    difference = (current - reference).tocsr()
-    difference.eliminate_zeros()
-    changed = np.flatnonzero(np.diff(difference.indptr))  # examples the two models treat apart
-    width = matrix.shape[1]
+    terms, spans = _term_matrix(metrics, stacked, num_classes, n)
+    changed, move_cols, move_weights = _moves(terms, n)
+    width = terms.width
     selections = [np.ones(n, bool) if mask is None else np.asarray(mask, bool) for mask in masks]
     results = []
     for select in selections:
         size = int(select.sum())
-        base_ref = np.asarray(select.astype(np.float64) @ reference).ravel()
-        base_cur = np.asarray(select.astype(np.float64) @ current).ravel()
+        weights = select.astype(np.float64)
+        base_ref = terms.sums(weights, slice(0, n))
+        base_cur = terms.sums(weights, slice(n, 2 * n))
         ref_values = np.empty((n_swaps + 1, len(metrics)))
         cur_values = np.empty((n_swaps + 1, len(metrics)))
         ref_values[:] = _reduce(metrics, spans, base_ref[None, :], size)
@@ -169,21 +217,22 @@ def swap_values(
         results.append((inside, base_ref, base_cur, size, ref_values, cur_values))
     if changed.size and n_swaps:
         rng = np.random.default_rng(seed)
-        moved = difference[changed]
-        # Each unit's moved examples, transposed once: a sparse (width, changed) matrix.
-        shifts = [moved[inside].T.tocsr() if inside.any() else None for inside, *_ in results]
-        block = max(1, _BLOCK_CELLS // max(changed.size, width))
+        block = max(1, _BLOCK_CELLS // max(changed.size, width))  # the same draws as ever
+        movers = {
+            id(inside): _moved_matrix(move_cols[inside], move_weights[inside], width)
+            for inside, *_ in results
+            if inside.any()
+        }
         for begin in range(1, n_swaps + 1, block):
             rows = min(block, n_swaps + 1 - begin)
             # One random byte gives eight fair swap decisions.
             packed = rng.integers(0, 256, size=(rows, -(-changed.size // 8)), dtype=np.uint8)
             swaps = np.unpackbits(packed, axis=1, count=changed.size).astype(np.float64)
-            for unit, (inside, base_ref, base_cur, size, ref_values, cur_values) in zip(
-                shifts, results, strict=True
-            ):
-                if unit is None:
+            for inside, base_ref, base_cur, size, ref_values, cur_values in results:
+                if not inside.any():
                     continue
-                shift = np.asarray((unit @ swaps[:, inside].T).T)
+                moved = movers[id(inside)]
+                shift = np.asarray(swaps[:, inside] @ moved)
                 ref_values[begin : begin + rows] = _reduce(
                     metrics, spans, base_ref[None, :] + shift, size
                 )

@@ -16,9 +16,10 @@ from prefect.client.orchestration import get_client
 from evalsentry.config import load_config
 from evalsentry.flows.evaluate_candidate import evaluate_candidate
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.history import History, iso_week
+from evalsentry.history import History
 from evalsentry.registry import Registry
 from evalsentry.tasks.evaluate import evaluate, on_device
+from evalsentry.weeks import iso_week
 from tests.flows.api import task_runs
 from tests.flows.test_s3_store import s3_endpoint, s3_project  # noqa: F401 - fixtures, moto on loopback
 from tests.models import TRUST

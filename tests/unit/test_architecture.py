@@ -58,3 +58,19 @@ def test_flows_and_tasks_are_imported_only_as_the_installed_package() -> None:
 
     assert Path(evalsentry.flows.weekly_eval.__file__).parent == root / "flows"
     assert Path(evalsentry.tasks.evaluate.__file__).parent == root / "tasks"
+
+
+def test_evaluation_does_not_import_the_gate_for_metric_names() -> None:
+    """Metric names, slices and the overall slice come from `evalsentry.metrics`: no module
+    imports the decision module (`evalsentry.gate`) for them."""
+    root = SRC.parents[1]
+    moved = {"metric_names", "OVERALL", "SLICE_PREFIX", "slice_column", "slice_columns"}
+    offenders = []
+    for folder in ("src", "flows", "tasks", "bench", "examples"):
+        for path in (root / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module == "evalsentry.gate":
+                    offenders += [
+                        f"{path.relative_to(root)}: {a.name}" for a in node.names if a.name in moved
+                    ]
+    assert offenders == []

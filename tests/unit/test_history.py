@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from evalsentry.errors import HistoryError
-from evalsentry.history import SCHEMA_VERSION, History, iso_week
+from evalsentry.history import SCHEMA_VERSION, History
+from evalsentry.weeks import iso_week
 from tests.synthetic import accuracy_mask, record_week
 
 N = 200
@@ -242,7 +243,7 @@ class TestCompaction:
 class TestWeekOrder:
     def test_weeks_order_as_dates_and_invalid_ones_are_left_out(self) -> None:
         """Weeks sort by their Monday across year ends; strings that are not weeks are dropped."""
-        from evalsentry.history import latest_week, weeks_in_order
+        from evalsentry.weeks import latest_week, weeks_in_order
 
         full_width = "\uff12\uff10\uff12\uff16-W11"
         weeks = ["2026-W10", "2025-W52", full_width, "2026-W09", "2026-W01", "2026-W10"]
@@ -254,7 +255,7 @@ class TestWeekOrder:
         """The last days of 2026 and the first of 2027 are week 53 of 2026, which is valid."""
         from datetime import datetime
 
-        from evalsentry.names import check_week
+        from evalsentry.weeks import check_week
 
         assert check_week(iso_week(datetime(2026, 12, 31))) == "2026-W53"
         assert iso_week(datetime(2027, 1, 4)) == "2027-W01"

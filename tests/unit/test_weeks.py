@@ -10,7 +10,7 @@ import pytest
 from evalsentry.cli import main
 from evalsentry.errors import InvalidName
 from evalsentry.history import History
-from evalsentry.names import check_week, week_start
+from evalsentry.weeks import check_week, week_start
 from tests.models import TRUSTED_YAML
 from tests.synthetic import accuracy_mask, record_week
 

@@ -86,6 +86,14 @@ def evaluate_command(
         ),
     ] = False,
     strict: StrictOption = False,
+    revalidate: Annotated[
+        bool,
+        typer.Option(
+            "--revalidate",
+            help="Run the expectation suite even if a passed result for the same evalset, "
+            "suite and Great Expectations version is stored (files are re-hashed either way).",
+        ),
+    ] = False,
     config: ConfigOption = None,
 ) -> None:
     """Evaluate a candidate checkpoint and gate it against production and the baseline, for CI.
@@ -93,58 +101,21 @@ def evaluate_command(
     The result is recorded as a candidate evaluation, never as a week's production result.
     Exit 0 pass or warn, 1 a regression, 2 not comparable or unusable input.
     """
-    from evalsentry.cost import CostMeter
-    from evalsentry.evalsets import check_evalset, load_evalset
-    from evalsentry.gate import GateReport, gate_candidate
-    from evalsentry.history import iso_week
-    from evalsentry.names import check_name
-    from evalsentry.pipeline import (
-        Target,
-        check_model_line,
-        evalsets_for,
-        evaluate_checkpoint,
-        new_run_id,
-        record,
-    )
-    from evalsentry.registry import Registry
+    from evalsentry.candidate import candidate_evalsets, evaluate_candidate
 
     settings, history = _history(config)
-    check_name("model", model)
-    if not new_model:
-        check_model_line(model, Registry(settings.registry_url), history)
-    names = evalsets_for(model, settings, evalset)
-    run_id, week, meter, comparisons = new_run_id(), iso_week(), CostMeter(), []
-    try:
-        for name in names:
-            summary = check_evalset(name, settings.evalsets_dir)
-            loaded = load_evalset(name, evalsets_dir=settings.evalsets_dir)
-            outcome = evaluate_checkpoint(
-                Target(model, str(checkpoint.resolve())),
-                loaded,
-                config=settings,
-                run_id=run_id,
-                week=week,
-                kind="candidate",
-                device=device,
-                meter=meter,
-                validation=summary.to_dict(),
-            )
-            record(history, [outcome])
-            if not outcome.ok:
-                # Recorded above as an error row; an unusable candidate is exit 2, one line.
-                raise UsageError(f"{checkpoint.name} on {name}: {outcome.evaluation['error']}")
-            import pandas as pd
-
-            report = gate_candidate(
-                history,
-                pd.Series(outcome.evaluation),
-                settings.gate,
-                evalsets_dir=settings.evalsets_dir,
-            )
-            comparisons += report.comparisons
-    finally:
-        meter.close()
-    report = GateReport(week, comparisons, strict or settings.gate.strict)
+    names = candidate_evalsets(model, settings, history, evalset, new_model=new_model)
+    run = evaluate_candidate(
+        checkpoint,
+        model,
+        names,
+        settings,
+        history,
+        device=device,
+        strict=strict,
+        revalidate=revalidate,
+    )
+    report = run.report
     raise typer.Exit(_emit_gate(report, markdown, junit, slices))
 
 

@@ -1,0 +1,199 @@
+"""A candidate checkpoint, evaluated and gated against production and the baseline.
+
+One function, :func:`evaluate_candidate`, serves both ``evalsentry evaluate`` (CI) and the
+``evaluate-candidate`` flow. Its steps (validate, load, infer, record, gate) are plain library
+calls by default; the flow hands in its Prefect tasks instead, for retries, caching and names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from evalsentry.errors import UsageError
+
+if TYPE_CHECKING:
+    from evalsentry.config import Config
+    from evalsentry.gate import Comparison, GateReport
+    from evalsentry.history import History
+    from evalsentry.pipeline import Outcome
+
+
+class CandidateNotEvaluated(UsageError):
+    """The candidate could not be evaluated on an evalset (recorded as an error row). Exit 2."""
+
+    def __init__(self, checkpoint: str, evalset: str, outcome: Outcome) -> None:
+        self.checkpoint, self.evalset, self.outcome = checkpoint, evalset, outcome
+        self.error = str(outcome.evaluation.get("error"))
+        super().__init__(f"{Path(checkpoint).name} on {evalset}: {self.error}")
+
+
+@dataclass(frozen=True)
+class CandidateSteps:
+    """The steps of a candidate evaluation; each defaults to the plain library call."""
+
+    validate: Callable[[str, str], dict[str, Any]] | None = None
+    load: Callable[[str, str], Any] | None = None
+    infer: Callable[..., Outcome] | None = None
+    record: Callable[[Sequence[Outcome]], Any] | None = None
+    gate: Callable[[dict[str, Any]], GateReport] | None = None
+
+
+@dataclass(frozen=True)
+class CandidateRun:
+    """What a candidate evaluation produced: its outcomes, validations and gate report."""
+
+    week: str
+    run_id: str
+    report: GateReport
+    outcomes: list[Outcome] = field(default_factory=list)
+    validations: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def candidate_evalsets(
+    model: str,
+    settings: Config,
+    history: History,
+    selected: Sequence[str] | None = None,
+    *,
+    new_model: bool = False,
+) -> list[str]:
+    """The evalsets a candidate of ``model`` runs on, after the checks that need no evaluation.
+
+    Raises:
+        UsageError: An unusable store, a bad or unknown model line (unless ``new_model``), or no
+            evalset bound to it.
+
+    """
+    from evalsentry.names import check_name
+    from evalsentry.pipeline import check_model_line, evalsets_for
+    from evalsentry.registry import Registry
+
+    check_name("model", model)
+    history.check_root()
+    if not new_model:
+        check_model_line(model, Registry(settings.registry_url), history)
+    return evalsets_for(model, settings, selected)
+
+
+class _Steps(NamedTuple):
+    validate: Callable[[str, str], dict[str, Any]]
+    load: Callable[[str, str], Any]
+    infer: Callable[..., Outcome]
+    record: Callable[[Sequence[Outcome]], Any]
+    gate: Callable[[dict[str, Any]], GateReport]
+
+
+def _library_steps(
+    settings: Config, history: History, run_id: str, week: str, revalidate: bool
+) -> _Steps:
+    from evalsentry.evalsets import load_evalset
+    from evalsentry.gate import gate_candidate
+    from evalsentry.pipeline import evaluate_checkpoint, record
+    from evalsentry.validation_cache import ValidationCache, check_evalset_reusing
+
+    cache = ValidationCache(settings.store_url)
+
+    def validate(name: str, folder: str) -> dict[str, Any]:
+        return check_evalset_reusing(
+            name, folder, cache, run_id=run_id, week=week, revalidate=revalidate
+        )
+
+    def gate(evaluation: dict[str, Any]) -> GateReport:
+        import pandas as pd
+
+        return gate_candidate(
+            history, pd.Series(evaluation), settings.gate, evalsets_dir=settings.evalsets_dir
+        )
+
+    return _Steps(
+        validate=validate,
+        load=lambda name, folder: load_evalset(name, evalsets_dir=folder),
+        infer=evaluate_checkpoint,
+        record=lambda outcomes: record(history, outcomes),
+        gate=gate,
+    )
+
+
+def evaluate_candidate(
+    checkpoint: str | Path,
+    model: str,
+    names: Sequence[str],
+    settings: Config,
+    history: History,
+    *,
+    device: str = "auto",
+    strict: bool = False,
+    revalidate: bool = False,
+    steps: CandidateSteps | None = None,
+) -> CandidateRun:
+    """Evaluate ``checkpoint`` as a candidate of ``model`` on ``names``; gate each result.
+
+    Every evalset is verified by hash before use and validated (the library step reuses a passed
+    expectation-suite result while its manifest, suite and GX version are unchanged); each result is recorded as a
+    ``candidate`` evaluation (never as a week's production result) before it is gated, so an
+    unusable candidate leaves its error row behind.
+
+    Args:
+        checkpoint: The checkpoint file.
+        model: The model line it is a candidate of (see :func:`candidate_evalsets`).
+        names: The evalsets to evaluate it on.
+        settings: The project configuration.
+        history: The history to record into and gate against.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        strict: Whether an inconclusive comparison fails the gate.
+        revalidate: Run the expectation suite even where a stored passed result still applies
+            (the files are re-hashed either way; see ``evalsentry.validation_cache``).
+        steps: Replacements of the library steps (the flow's tasks); unset ones stay the library's.
+
+    Returns:
+        The outcomes, validations and the gate report over every evalset.
+
+    Raises:
+        CandidateNotEvaluated: The candidate failed on an evalset (its error row is recorded).
+
+    """
+    from evalsentry.cost import CostMeter
+    from evalsentry.gate import GateReport
+    from evalsentry.pipeline import Target, new_run_id
+    from evalsentry.weeks import iso_week
+
+    week, run_id = iso_week(), new_run_id()
+    library = _library_steps(settings, history, run_id, week, revalidate)
+    chosen = steps or CandidateSteps()
+    validate = chosen.validate or library.validate
+    load = chosen.load or library.load
+    infer = chosen.infer or library.infer
+    record = chosen.record or library.record
+    gate = chosen.gate or library.gate
+    meter = CostMeter()
+    meter.start_in_background()  # its hardware probe overlaps importing torch, loading the data
+    target = Target(model, str(Path(checkpoint).resolve()))
+    outcomes: list[Outcome] = []
+    validations: dict[str, dict[str, Any]] = {}
+    comparisons: list[Comparison] = []
+    try:
+        for name in names:
+            validations[name] = validate(name, settings.evalsets_dir)
+            outcome = infer(
+                target,
+                load(name, settings.evalsets_dir),
+                config=settings,
+                run_id=run_id,
+                week=week,
+                kind="candidate",
+                device=device,
+                meter=meter,
+                validation=validations[name],
+            )
+            outcomes.append(outcome)
+            record([outcome])
+            if not outcome.ok:
+                raise CandidateNotEvaluated(str(checkpoint), name, outcome)
+            comparisons += gate(outcome.evaluation).comparisons
+    finally:
+        meter.close()
+    report = GateReport(week, comparisons, strict or settings.gate.strict)
+    return CandidateRun(week, run_id, report, outcomes, validations)

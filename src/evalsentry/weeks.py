@@ -1,0 +1,82 @@
+"""ISO weeks: the unit a history is kept, gated and reported in (``2026-W49``).
+
+Weeks are checked strictly (ASCII digits, a year within ``WEEK_YEARS``, a week the year has)
+and ordered as the dates of their Mondays, never as strings.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from datetime import UTC, date, datetime
+
+from evalsentry.errors import InvalidName
+
+log = logging.getLogger(__name__)
+
+# [0-9], not \d: in Python \d also matches full-width and other Unicode digits.
+_WEEK = re.compile(r"([0-9]{4})-W([0-9]{2})")
+_WEEK_FORM = "use the ISO week form YYYY-Www with ASCII digits, e.g. 2026-W49"
+# Weeks are sorted and compared as dates, and the latest recorded one is gated by default: a
+# typo such as 0202-W10 or 2206-W10 would silently become the baseline or the latest week for
+# ever. No evaluation of a PyTorch model predates 2000, and 2199 leaves two centuries of room.
+WEEK_YEARS = (2000, 2199)
+
+
+def week_start(week: str) -> date:
+    """The Monday that starts the ISO week ``week`` (``2026-W49``); weeks order as these dates.
+
+    Raises:
+        InvalidName: not ``YYYY-Www`` in ASCII digits, a year outside ``WEEK_YEARS``, or a week
+            the year does not have (week 53 exists only in years with 53 ISO weeks).
+    """
+    match = _WEEK.fullmatch(week) if isinstance(week, str) else None
+    if match is None:
+        raise InvalidName("week", str(week), _WEEK_FORM)
+    year, number = int(match.group(1)), int(match.group(2))
+    low, high = WEEK_YEARS
+    if not low <= year <= high:
+        raise InvalidName("week", week, f"year {year:04d} is outside {low}-{high}; {_WEEK_FORM}")
+    weeks_in_year = date(year, 12, 28).isocalendar().week  # 28 December is always in the last week
+    if not 1 <= number <= weeks_in_year:
+        raise InvalidName("week", week, f"{year} has ISO weeks 01 to {weeks_in_year}; {_WEEK_FORM}")
+    return date.fromisocalendar(year, number, 1)
+
+
+def check_week(week: str) -> str:
+    """Return an ISO week like ``2026-W49`` if valid (see ``week_start``), else raise ``InvalidName``."""
+    week_start(week)
+    return week
+
+
+def now_utc() -> datetime:
+    """The current time, timezone-aware."""
+    return datetime.now(UTC)
+
+
+def iso_week(moment: datetime | None = None) -> str:
+    """The ISO week of ``moment`` (default now), like ``2026-W49``."""
+    year, week, _ = (moment or now_utc()).isocalendar()
+    return check_week(f"{year}-W{week:02d}")
+
+
+def weeks_in_order(weeks: Iterable[object]) -> list[str]:
+    """The distinct valid weeks among ``weeks``, oldest first, ordered as dates.
+
+    A week string that is not a valid ISO week (written before weeks were checked strictly,
+    e.g. with full-width digits) is left out with a warning, never picked as the latest.
+    """
+    valid: dict[str, date] = {}
+    for week in {str(w) for w in weeks}:
+        try:
+            valid[week] = week_start(week)
+        except InvalidName as exc:
+            log.warning("history: ignoring a row of an invalid week (%s)", exc)
+    return sorted(valid, key=valid.__getitem__)
+
+
+def latest_week(weeks: Iterable[object]) -> str | None:
+    """The latest valid week among ``weeks`` (compared as dates), or None when there is none."""
+    ordered = weeks_in_order(weeks)
+    return ordered[-1] if ordered else None
