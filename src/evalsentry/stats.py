@@ -19,6 +19,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from evalsentry.binomial import binomial_tails
+
 PairedMethod = Literal["mcnemar-exact", "sign-flip"]
 
 DEFAULT_POWER = 0.8
@@ -73,13 +75,9 @@ def flips(ref_correct: ArrayLike, cur_correct: ArrayLike) -> tuple[int, int]:
 
 def mcnemar_p(newly_wrong: ArrayLike, discordant: ArrayLike) -> NDArray[np.float64]:
     """Exact one-sided McNemar p-values ``P(X >= b)``, ``X ~ Binomial(b + c, 1/2)``; 1 where b = 0."""
-    # scipy.special imports in a quarter of the time scipy.stats needs, which keeps
-    # `evalsentry gate` quick to start.
-    from scipy.special import bdtrc
-
     b = np.rint(np.asarray(newly_wrong, np.float64)).astype(np.int64)
     m = np.rint(np.asarray(discordant, np.float64)).astype(np.int64)
-    p = np.where(b > 0, bdtrc(np.maximum(b - 1, 0), m, _NULL_FLIP_PROBABILITY), 1.0)
+    p = np.where(b > 0, binomial_tails(np.maximum(b - 1, 0), m, _NULL_FLIP_PROBABILITY)[1], 1.0)
     return np.asarray(np.minimum(p, 1.0), np.float64)
 
 
@@ -207,8 +205,6 @@ def _power(
     n: int, rate: float, drop: float, m: NDArray[np.int64], first: NDArray[np.int64]
 ) -> float:
     """The FAIL probability for a drop, given the fewest-failing counts over a range of m."""
-    from scipy.special import bdtr, bdtrc
-
     discordance = min(1.0, 2.0 * rate + drop)
     if discordance <= 0.0:
         return 0.0
@@ -216,9 +212,11 @@ def _power(
     lowest, highest = _discordant_range(n, discordance)
     keep = (m >= lowest) & (m <= highest)
     m, first = m[keep], first[keep]
-    below = np.where(m > 0, bdtr(np.maximum(m - 1, 0), n, discordance), 0.0)
-    p_m = np.maximum(bdtr(m, n, discordance) - below, 0.0)
-    detected = np.where(first <= m, bdtrc(np.minimum(first, m) - 1, m, share_wrong), 0.0)
+    below = np.where(m > 0, binomial_tails(np.maximum(m - 1, 0), n, discordance)[0], 0.0)
+    p_m = np.maximum(binomial_tails(m, n, discordance)[0] - below, 0.0)
+    detected = np.where(
+        first <= m, binomial_tails(np.minimum(first, m) - 1, m, share_wrong)[1], 0.0
+    )
     return float(np.clip((p_m * detected).sum(), 0.0, 1.0))
 
 
