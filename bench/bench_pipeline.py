@@ -67,7 +67,7 @@ def run(seconds: float = 20.0, repeat: int = 2) -> dict[str, float]:
         pipeline, raw = [], []
         for _ in range(repeat):
             start = time.perf_counter()
-            raw_loop(model, evalset.inputs)
+            raw_loop(model, evalset.tensors()[0])
             raw.append(time.perf_counter() - start)
             start = time.perf_counter()
             evaluate(model, evalset, device="cpu", batch_size=BATCH)

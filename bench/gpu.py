@@ -103,13 +103,13 @@ def run(quick: bool = False) -> dict[str, float]:
         evalset = load_evalset(folder)
         for precision in ("fp32", "bf16") if cuda else ("fp32",):
             bf16 = precision == "bf16"
-            raw_loop(model, evalset.inputs[:BATCH], device, bf16)  # warm-up
+            raw_loop(model, evalset.tensors()[0][:BATCH], device, bf16)  # warm-up
             evaluate(model, evalset, device=str(device), batch_size=BATCH, precision=precision)
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
             start = time.perf_counter()
-            raw_loop(model, evalset.inputs, device, bf16)
+            raw_loop(model, evalset.tensors()[0], device, bf16)
             raw = time.perf_counter() - start
             start = time.perf_counter()
             evaluate(model, evalset, device=str(device), batch_size=BATCH, precision=precision)

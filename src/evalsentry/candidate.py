@@ -168,6 +168,10 @@ def evaluate_candidate(
     infer = chosen.infer or library.infer
     record = chosen.record or library.record
     gate = chosen.gate or library.gate
+    if chosen.infer is None:  # the library's inference runs in a child: torch loads meanwhile
+        from evalsentry.isolation import prestart
+
+        prestart()
     meter = CostMeter()
     meter.start_in_background()  # its hardware probe overlaps importing torch, loading the data
     target = Target(model, str(Path(checkpoint).resolve()))

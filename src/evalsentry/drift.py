@@ -126,7 +126,7 @@ def input_drift(evalset: Evalset, live: np.ndarray, policy: DriftPolicy) -> list
     from scipy.stats import false_discovery_control, ks_2samp
 
     names = evalset.spec.inputs.columns
-    reference = feature_table(evalset.inputs.numpy(), names)
+    reference = feature_table(evalset.inputs, names)
     current = feature_table(live, names)
     # The asymptotic distribution is accurate at these sample sizes; scipy's exact method fails
     # (and warns) on large samples with ties.

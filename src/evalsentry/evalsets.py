@@ -168,14 +168,27 @@ class EvalsetSpec(BaseModel):
 
 @dataclass(frozen=True)
 class Evalset:
-    """A verified evalset in memory: inputs as one tensor, plus targets, ids and slices."""
+    """A verified evalset in memory: inputs as one array, plus targets, ids and slices.
+
+    Arrays, not tensors: the caller verifies and validates without importing torch (a second
+    or more of the CI path); the process that runs the model takes :meth:`tensors`.
+    """
 
     spec: EvalsetSpec
     folder: str
-    inputs: torch.Tensor
-    targets: torch.Tensor
+    inputs: np.ndarray
+    targets: np.ndarray
     ids: np.ndarray
     slices: dict[str, np.ndarray]
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and targets as tensors sharing the arrays' memory (never written)."""
+        import torch
+
+        with warnings.catch_warnings():
+            # Arrow's buffers are read-only; the tensor shares them (zero-copy) and is never written.
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return torch.from_numpy(self.inputs), torch.from_numpy(self.targets)
 
     @property
     def sha256(self) -> str:
@@ -407,9 +420,7 @@ def load_evalset(
     if verify:
         verify_files(folder, spec)
     table = read_table(folder, spec)
-    inputs = _inputs_tensor(table, spec.inputs, folder)
-    import torch
-
+    inputs = _inputs_array(table, spec.inputs, folder)
     target = table.column(spec.target).to_numpy()
     if spec.task == "classification":
         index: dict[Any, int] = {c: i for i, c in enumerate(spec.classes or [])}
@@ -420,17 +431,15 @@ def load_evalset(
                 f"{join(folder, MANIFEST)}: classes: labels {', '.join(unknown[:5])} in the data "
                 "are not among the classes; restore the frozen class list"
             )
-        targets = torch.as_tensor([index[v] for v in labels], dtype=torch.int64)
+        targets = np.array([index[v] for v in labels], dtype=np.int64)
     else:
-        targets = torch.as_tensor(target, dtype=torch.float32)
+        targets = np.asarray(target, dtype=np.float32)
     ids = table.column(spec.id_column).to_numpy(zero_copy_only=False).astype(str)
     slices = {s: table.column(s).to_numpy(zero_copy_only=False) for s in spec.slices}
     return Evalset(spec, folder, inputs, targets, ids, slices)
 
 
-def _inputs_tensor(table: pa.Table, inputs: InputsSpec, where: str) -> torch.Tensor:
-    import torch
-
+def _inputs_array(table: pa.Table, inputs: InputsSpec, where: str) -> np.ndarray:
     if inputs.column is not None:
         array = table.column(inputs.column).combine_chunks()
         if not pa.types.is_fixed_size_list(array.type) or array.type.list_size != inputs.size:
@@ -438,14 +447,10 @@ def _inputs_tensor(table: pa.Table, inputs: InputsSpec, where: str) -> torch.Ten
                 f"{join(where, MANIFEST)}: inputs: column {inputs.column!r} is {array.type}, but the "
                 f"shape {inputs.shape} needs fixed_size_list<{inputs.dtype}>[{inputs.size}]"
             )
-        flat = array.flatten().to_numpy(zero_copy_only=array.null_count == 0)
-        with warnings.catch_warnings():
-            # Arrow's buffers are read-only; the tensor shares them (zero-copy) and is never written.
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            tensor = torch.from_numpy(flat)
-        return tensor.reshape(len(array), *inputs.example_shape)
+        flat: np.ndarray = array.flatten().to_numpy(zero_copy_only=array.null_count == 0)
+        return flat.reshape(len(array), *inputs.example_shape)
     columns = [table.column(c).to_numpy() for c in inputs.columns or []]
-    return torch.from_numpy(np.stack(columns, axis=1).astype(inputs.dtype))
+    return np.stack(columns, axis=1).astype(inputs.dtype)
 
 
 # --- validation -------------------------------------------------------------------------------

@@ -437,16 +437,16 @@ def _staged(evalset: Evalset, device: torch.device) -> tuple[torch.Tensor, torch
     """
     import torch
 
+    inputs, targets = evalset.tensors()
     if device.type != "cuda":
-        return evalset.inputs, evalset.targets
+        return inputs, targets
     key = (evalset.sha256, str(device))
     if key in _RESIDENT:
         return _RESIDENT[key]
     free, _ = torch.cuda.mem_get_info(device)
-    size = evalset.inputs.element_size() * evalset.inputs.nelement()
-    if size > free * RESIDENT_FRACTION:
-        return evalset.inputs.pin_memory(), evalset.targets.pin_memory()
-    staged = (evalset.inputs.pin_memory().to(device, non_blocking=True), evalset.targets.to(device))
+    if evalset.inputs.nbytes > free * RESIDENT_FRACTION:
+        return inputs.pin_memory(), targets.pin_memory()
+    staged = (inputs.pin_memory().to(device, non_blocking=True), targets.to(device))
     _RESIDENT[key] = staged
     return staged
 

@@ -398,6 +398,14 @@ def _checkout() -> _Child:
     return found or _Child()
 
 
+def prestart() -> None:
+    """Start a child now, to import torch while the caller does other work (verifying, validating).
+
+    The next evaluation takes it like any idle child.
+    """
+    _checkin(_Child())
+
+
 def _checkin(child: _Child) -> None:
     child.idle_since = time.monotonic()
     with _LOCK:

@@ -270,7 +270,7 @@ class TestDrift:
 
         from evalsentry.evalsets import load_evalset
 
-        values = load_evalset(toy_evalset).inputs.numpy().reshape(-1) + 1.5
+        values = load_evalset(toy_evalset).inputs.reshape(-1) + 1.5
         path = tmp_path / "live.parquet"
         pq.write_table(
             pa.table(

@@ -51,9 +51,9 @@ class TestTests:
         """Per-feature statistics and BH-adjusted p-values equal scipy's."""
         evalset = load_evalset(toy_evalset)
         rng = np.random.default_rng(2)
-        live = (evalset.inputs.numpy()[:200] + rng.normal(0.5, 0.1, (200, 4))).astype(np.float32)
+        live = (evalset.inputs[:200] + rng.normal(0.5, 0.1, (200, 4))).astype(np.float32)
         results = input_drift(evalset, live, DriftPolicy())
-        reference = evalset.inputs.numpy().reshape(300, -1)
+        reference = evalset.inputs.reshape(300, -1)
         flat = live.reshape(200, -1)
         by_name = {r.feature: r for r in results}
         assert set(by_name) == {"mean", "std", "min", "max", "ink_fraction"}

@@ -180,7 +180,7 @@ class TestFreeze:
         )
         evalset = load_evalset(tmp_path / "reg")
         assert spec.classes is None
-        assert evalset.inputs.shape == (3, 2) and evalset.targets.dtype == torch.float32
+        assert evalset.inputs.shape == (3, 2) and evalset.tensors()[1].dtype == torch.float32
 
     def test_wrong_shape_is_refused_at_freeze(self, tmp_path: Path) -> None:
         """A shape that does not match the vectors names the offending row."""
@@ -413,12 +413,12 @@ class TestVersion1:
 
 class TestVerifyAndLoad:
     def test_load_gives_tensors_ids_and_slices(self, frozen: Path) -> None:
-        """Inputs come back as one tensor of the declared shape with targets, ids, slices."""
+        """Inputs come back as one array of the declared shape (float32 tensors for the model) with targets, ids, slices."""
         evalset = load_evalset(frozen)
         table = tensor_table()
-        assert evalset.inputs.shape == (ROWS, 2, 3) and evalset.inputs.dtype == torch.float32
+        assert evalset.inputs.shape == (ROWS, 2, 3) and evalset.tensors()[0].dtype == torch.float32
         expected = np.asarray(table.column("x").combine_chunks().flatten()).reshape(ROWS, 2, 3)
-        assert np.array_equal(evalset.inputs.numpy(), expected)
+        assert np.array_equal(evalset.inputs, expected)
         assert evalset.targets.tolist() == (np.arange(ROWS) % 3).tolist()
         assert evalset.ids[:2].tolist() == ["ex-0", "ex-1"]
         assert set(evalset.slices["group"]) == {"a", "b"}

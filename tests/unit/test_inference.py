@@ -41,13 +41,14 @@ class TestOutputs:
     ) -> None:
         """Predictions, NLL, confidence and target rank equal what plain torch computes."""
         result = evaluate(good_model, evalset, device="cpu", batch_size=64)
+        inputs, targets = evalset.tensors()
         with torch.no_grad():
-            logits = good_model(evalset.inputs)
+            logits = good_model(inputs)
         cols = result.columns
         assert cols["example_id"].tolist() == evalset.ids.tolist()
         assert np.array_equal(cols["prediction"], logits.argmax(1).numpy())
         expected_nll = nn.functional.cross_entropy(
-            logits, evalset.targets, reduction="none"
+            logits, targets, reduction="none"
         ).numpy()
         assert np.allclose(cols["loss"], expected_nll, atol=1e-5)
         assert np.allclose(cols["confidence"], logits.softmax(1).max(1).values.numpy(), atol=1e-6)
@@ -112,7 +113,7 @@ class OOMAbove(nn.Module):
 class TestFailures:
     def test_nan_outputs_list_the_first_example_ids(self, evalset: Evalset) -> None:
         """NaN/inf outputs are an error naming the examples that produced them."""
-        bad = (evalset.inputs.flatten(1)[:, 0] > 1.5).numpy()
+        bad = evalset.inputs.reshape(len(evalset), -1)[:, 0] > 1.5
         with pytest.raises(NonFiniteOutput) as err:
             evaluate(NaNAfter(), evalset, device="cpu")
         assert err.value.count == int(bad.sum())
@@ -129,7 +130,7 @@ class TestFailures:
         assert result.num_examples == 300
         assert "retrying with batch size 128" in caplog.text
         with torch.no_grad():
-            expected = model.inner(evalset.inputs.flatten(1)).argmax(1).numpy()
+            expected = model.inner(evalset.tensors()[0].flatten(1)).argmax(1).numpy()
         assert np.array_equal(result.columns["prediction"], expected)
 
     @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA error path")

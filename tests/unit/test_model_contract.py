@@ -187,7 +187,7 @@ class TestInputs:
             inputs=InputsSpec(columns=["b", "a"]),
         )
         loaded = load_evalset(tmp_path / "s")
-        assert loaded.inputs.dtype == torch.float32
+        assert loaded.tensors()[0].dtype == torch.float32
         assert loaded.inputs.tolist() == [[10.0, 1.0], [20.0, 2.0]]
 
     def test_contract_states_dtype_shape_and_source(self) -> None:
