@@ -21,6 +21,7 @@ from bench import (
     bench_gate,
     bench_metrics,
     bench_pipeline,
+    bench_run,
     bench_scale,
     gate_power,
     gpu,
@@ -44,6 +45,7 @@ def main() -> None:
     results.update(bench_pipeline.run(seconds=2.0 if args.quick else 20.0))
     results.update(bench_cold_start.run(rounds=3 if args.quick else 7))
     results.update(bench_candidate.run(rounds=1 if args.quick else 3))
+    results.update(bench_run.run(rounds=1 if args.quick else 2))
     results.update(bench_gate.run(max_rows=100_000 if args.quick else 10_000_000))
     results.update(gate_power.run(quick=args.quick))
     results.update(bench_scale.run(checkpoints=(1, 2) if args.quick else (1, 2, 4)))

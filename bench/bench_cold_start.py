@@ -23,8 +23,10 @@ from tests.synthetic import accuracy_mask, record_week
 BASELINE = [sys.executable, "-c", "import pandas, pyarrow.parquet"]
 
 
-def timed(command: list[str], cwd: str | None = None) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one child process; it must succeed."""
+def timed(
+    command: list[str], cwd: str | None = None, env: dict[str, str] | None = None
+) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one child process (in ``env``); it must succeed."""
     start = time.perf_counter()
     pid = os.fork()
     if pid == 0:  # the child: a fresh process, so its rusage is its own
@@ -33,7 +35,7 @@ def timed(command: list[str], cwd: str | None = None) -> tuple[float, float]:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
-        os.execv(command[0], command)
+        os.execve(command[0], command, env if env is not None else os.environ)
     _, status, usage = os.wait4(pid, 0)
     elapsed = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:

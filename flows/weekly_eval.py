@@ -26,6 +26,7 @@ from evalsentry.flows.dask_cluster import dask_runner
 from evalsentry.flows.runs import RUN_ID_CHARS, fail, short_id
 from evalsentry.gate import Comparison, GateReport, Reference, Verdict
 from evalsentry.history import History
+from evalsentry.isolation import prestart
 from evalsentry.pipeline import (
     WEEKLY_STAGES,
     Outcome,
@@ -294,6 +295,8 @@ def weekly_eval(
     for reason in unbound.values():
         logger.error(reason)
 
+    if pairs and task_runner == "thread" and not fan_out:
+        prestart()  # the evaluation process imports torch while the evalsets are validated
     validations, not_evaluated = _validate_all(names, settings.evalsets_dir, week)
     not_evaluated += [_not_evaluated(model, "*", week, reason) for model, reason in unbound.items()]
     loaded = {

@@ -415,8 +415,6 @@ def live_drift(
     evalset: Evalset, outcomes: Sequence[Outcome], *, config: Config, device: str = "auto"
 ) -> list[Any]:
     """Drift of the evalset's live sample (if configured): inputs, and each production model's predictions."""
-    import torch
-
     from evalsentry.checkpoint import load_checkpoint
     from evalsentry.drift import input_drift, prediction_drift, read_live
     from evalsentry.inference import predict_classes
@@ -429,6 +427,8 @@ def live_drift(
     results = input_drift(evalset, live, config.drift)
     if evalset.spec.task != "classification":
         return results
+    import torch
+
     for outcome in outcomes:
         row = outcome.evaluation
         if not outcome.ok or row["stage"] != "production" or row["evalset"] != evalset.spec.name:

@@ -47,9 +47,7 @@ class TestOutputs:
         cols = result.columns
         assert cols["example_id"].tolist() == evalset.ids.tolist()
         assert np.array_equal(cols["prediction"], logits.argmax(1).numpy())
-        expected_nll = nn.functional.cross_entropy(
-            logits, targets, reduction="none"
-        ).numpy()
+        expected_nll = nn.functional.cross_entropy(logits, targets, reduction="none").numpy()
         assert np.allclose(cols["loss"], expected_nll, atol=1e-5)
         assert np.allclose(cols["confidence"], logits.softmax(1).max(1).values.numpy(), atol=1e-6)
         assert (cols["target_rank"] == 0).all()  # the teacher is right on every example

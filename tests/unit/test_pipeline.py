@@ -18,7 +18,7 @@ from evalsentry.cost import CostMeter, Measurement, cost_fields
 from evalsentry.evalsets import load_evalset
 from evalsentry.history import History
 from evalsentry.inference import evaluate
-from evalsentry.isolation import idle_pids
+from evalsentry.isolation import idle_pids, shutdown
 from evalsentry.pipeline import Outcome, Target, evaluate_checkpoint, new_run_id, record
 from evalsentry.storage import sha256_file
 from tests.models import (
@@ -255,6 +255,7 @@ class TestIsolation:
         self, toy_evalset: Path, toy_checkpoints: dict[str, Path], tmp_path: Path, train_data: Path
     ) -> None:
         """Good evaluations reuse the child (torch imported once); a failure retires it."""
+        shutdown()  # children other tests left idle (a pre-started one, say) are not this test's
         run_one(toy_checkpoints["good"], toy_evalset, tmp_path)
         first = idle_pids()
         run_one(toy_checkpoints["degraded"], toy_evalset, tmp_path)
