@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from evalsentry import units
 from evalsentry.gate import GateReport, Reference, Verdict, align
 from evalsentry.history import History
 from evalsentry.report import counts_line
@@ -117,23 +118,39 @@ def trend_chart(
 
 
 def cost_chart(evaluations: pd.DataFrame) -> str:
-    """Money and energy per week."""
+    """Money and energy per week, the energy in the unit that suits the week that used most."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     weekly = evaluations.groupby("week")[["cost", "energy_kwh"]].sum().sort_index()
+    currency = evaluations["currency"].dropna()
+    money_label = f"money ({currency.iloc[0]})" if not currency.empty else "money"
+    energy_unit, kwh_per_unit = units.energy_scale(float(weekly["energy_kwh"].max()))
+    energy_label = f"energy ({energy_unit})"
     figure, axes = plt.subplots(figsize=(6, 2.8))
     x = np.arange(len(weekly))
-    axes.bar(x, weekly["cost"], color="#5c6bc0", label="money")
+    axes.bar(x, weekly["cost"], color="#5c6bc0", label=money_label)
     axes.set_xticks(
         x, weekly.index.str.replace(r"^\d{4}-", "", regex=True), fontsize=7, rotation=45
     )
-    axes.set_ylabel("money", fontsize=8)
+    axes.set_ylabel(money_label, fontsize=8)
     twin = axes.twinx()
-    twin.plot(x, weekly["energy_kwh"], color="#ef6c00", marker="o", markersize=3, label="kWh")
-    twin.set_ylabel("kWh", fontsize=8)
+    twin.plot(
+        x,
+        weekly["energy_kwh"] / kwh_per_unit,
+        color="#ef6c00",
+        marker="o",
+        markersize=3,
+        label=energy_label,
+    )
+    twin.set_ylabel(energy_label, fontsize=8)
+    for side in (axes, twin):  # tiny amounts in plain decimals, never "1e-5" above the axis
+        side.ticklabel_format(axis="y", style="plain", useOffset=False)
+        side.tick_params(axis="y", labelsize=7)
+    handles = [axes.get_legend_handles_labels()[0][0], twin.get_legend_handles_labels()[0][0]]
+    twin.legend(handles, [money_label, energy_label], fontsize=7, loc="upper left")
     axes.set_title("cost per week", fontsize=10)
     return _svg(figure)
 
@@ -327,8 +344,9 @@ def render_report(
     body.append(_table(["evalset", "result", "expectations", "failed"], validation_rows))
     body.append("<h2>Cost</h2>")
     body.append(
-        f"<p>This week: {bill['wall_s'] / 3600:.4f} device-hours, {bill['energy_kwh']:.3e} kWh, "
-        f"{bill['co2_kg']:.3e} kg CO2, {bill['cost']:.4f} {_esc(currency)}.</p>"
+        f"<p>This week: {_esc(units.duration(bill['wall_s']))} of device time, "
+        f"{_esc(units.energy(bill['energy_kwh']))}, {_esc(units.carbon(bill['co2_kg']))}, "
+        f"{_esc(units.money(bill['cost'], currency))}.</p>"
     )
     if not evaluations.empty:
         body.append(f'<div class="chart">{cost_chart(evaluations)}</div>')

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
 from typing import Any
 
+from evalsentry import units
 from evalsentry.gate import SEVERITY, Comparison, GateReport, Reference, Verdict
 
 VERDICT_MARK = {
@@ -385,8 +386,8 @@ def weekly_markdown(
             "trained",
             "device",
             "examples/s",
-            "kWh",
-            "kg CO2",
+            "energy",
+            "CO2",
             "cost",
         ],
         [
@@ -399,9 +400,9 @@ def weekly_markdown(
                 str(e.get("trained_at") or "")[:19],
                 e.get("device_name") or e.get("device") or "",
                 _fmt(e.get("examples_per_s"), ".0f"),
-                _fmt(e.get("energy_kwh"), ".2e"),
-                _fmt(e.get("co2_kg"), ".2e"),
-                f"{_fmt(e.get('cost'), '.5f')} {e.get('currency') or ''}".strip(),
+                units.energy(e.get("energy_kwh")),
+                units.carbon(e.get("co2_kg")),
+                units.money(e.get("cost"), e.get("currency")),
             ]
             for e in evaluations
         ],
@@ -438,5 +439,9 @@ def weekly_markdown(
     total = sum(e.get("cost") or 0.0 for e in evaluations)
     energy = sum(e.get("energy_kwh") or 0.0 for e in evaluations)
     currency = next((e.get("currency") for e in evaluations if e.get("currency")), "")
-    lines += ["", f"**This week's bill:** {total:.5f} {currency}, {energy:.2e} kWh.", ""]
+    lines += [
+        "",
+        f"**This week's bill:** {units.money(total, currency)}, {units.energy(energy)}.",
+        "",
+    ]
     return "\n".join(lines) + "\n"

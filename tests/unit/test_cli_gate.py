@@ -401,7 +401,7 @@ class TestCostAndReportCommands:
             )
         assert main(["cost", "--config", config(project), "--by", "week"]) == 0
         out = capsys.readouterr().out
-        assert "2026-W40" in out and "total" in out and "3 USD" in out
+        assert "2026-W40" in out and "total" in out and "3.00 USD" in out
         assert main(["cost", "--config", config(project), "--by", "colour"]) == 2
 
     def test_report_writes_html_under_the_store(

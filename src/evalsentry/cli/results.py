@@ -198,6 +198,7 @@ def cost(
     config: ConfigOption = None,
 ) -> None:
     """The bill: device-hours, kWh, kg CO2 and money per week, model or device, with totals."""
+    from evalsentry import units
     from evalsentry.cost import ledger
 
     _, store = _history(config)
@@ -214,15 +215,15 @@ def cost(
         [
             getattr(r, by),
             r.evaluations,
-            f"{r.device_hours:.4f}",
-            f"{r.kwh:.3e}",
-            f"{r.co2_kg:.3e}",
-            f"{r.cost:.3g} {r.currency}",
+            units.device_hours(r.device_hours),
+            units.energy(r.kwh),
+            units.carbon(r.co2_kg),
+            units.money(r.cost, r.currency),
         ]
         for r in bill.itertuples(index=False)
     ]
     _print_table(
-        f"Cost by {by}", [by, "evaluations", "device-hours", "kWh", "kg CO2", "money"], rows
+        f"Cost by {by}", [by, "evaluations", "device time", "energy", "CO2", "money"], rows
     )
 
 
