@@ -13,6 +13,7 @@ from prefect import task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from evalsentry.bill import lifetime, lifetime_table
 from evalsentry.config import Config
 from evalsentry.drift import DriftResult
 from evalsentry.gate import GateReport
@@ -47,10 +48,12 @@ def publish_report(
     """
     evaluations = [o.evaluation for o in outcomes]
     metrics = [m for o in outcomes for m in o.metrics]
-    markdown = weekly_markdown(report, evaluations, metrics, validations, drifts, bindings)
+    history = History(store_url)
+    bill = lifetime(history, config) if config is not None else None
+    markdown = weekly_markdown(report, evaluations, metrics, validations, drifts, bindings, bill)
     files = {".md": markdown.encode()}
     if config is not None:
-        files[".html"] = render_report(History(store_url), report, bindings).encode()
+        files[".html"] = render_report(history, report, bindings, bill).encode()
     fs, root = filesystem(store_url)
     this_run, latest = file_stem(run_name), f"{key_prefix}-{report.week}"
     for suffix, data in files.items():
@@ -65,6 +68,13 @@ def publish_report(
         key=f"{key_prefix}-metrics",
         description=f"Overall metrics of {run_name}, 4 significant digits",
     )
+    if bill is not None and not bill.empty:
+        headers, rows = lifetime_table(bill.lines)
+        create_table_artifact(
+            [dict(zip(["part", *headers[1:]], row, strict=True)) for row in rows],
+            key=f"{key_prefix}-lifetime-bill",
+            description="Each model line's bill to date: training, evaluation, serving, declared",
+        )
     create_link_artifact(
         link,
         link_text=f"{'HTML' if kind == '.html' else 'Markdown'} report of {run_name} ({note})",

@@ -148,8 +148,20 @@ class DriftPolicy(BaseModel):
         return "PASS"
 
 
+class RecurringCost(BaseModel):
+    """A cost no meter sees (labelling, people's hours, storage, monitoring), declared."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(min_length=1, description="what it pays for, e.g. labelling")
+    amount: float = Field(ge=0, allow_inf_nan=False, description="money per `per`")
+    per: Literal["week", "month"] = "month"
+    model: str | None = Field(
+        None, description="the model line it belongs to; absent: shared by every line"
+    )
+
+
 class CostRates(BaseModel):
-    """Rates that turn measured time and energy into money and carbon."""
+    """Rates that turn measured time and energy into money and carbon, and declared costs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     currency: str = "USD"
@@ -159,6 +171,24 @@ class CostRates(BaseModel):
         default_factory=lambda: {"cpu": 65.0, "cuda": 700.0},
         description="fallback power draw when energy cannot be measured",
     )
+    recurring: list[RecurringCost] = Field(
+        default_factory=list,
+        description="declared costs per week or month, of one model line or shared",
+    )
+    slowdown_warn: float = Field(
+        0.25,
+        gt=0,
+        allow_inf_nan=False,
+        description="a checkpoint this share slower per example than last week's, on the same "
+        "device in paired timing, is a WARN (0.25: 1.25x the time)",
+    )
+
+
+class Traffic(BaseModel):
+    """A model line's expected serving traffic, for its serving forecast."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    requests_per_day: float = Field(ge=0, allow_inf_nan=False)
 
 
 class ModelBinding(BaseModel):
@@ -180,6 +210,10 @@ class Config(BaseModel):
     gate: GatePolicy = GatePolicy()
     cost: CostRates = CostRates()
     drift: DriftPolicy = DriftPolicy()
+    traffic: dict[str, Traffic] = Field(
+        default_factory=dict,
+        description="model line -> requests_per_day, for its serving cost forecast",
+    )
     models: dict[str, ModelBinding] = Field(
         default_factory=dict,
         description="model line -> its evalsets; an unbound model runs on the only evalset, "

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evalsentry import units
+from evalsentry.bill import PARTS, Lifetime, lifetime_table, weekly_parts
 from evalsentry.gate import GateReport, Reference, Verdict, align
 from evalsentry.history import History
 from evalsentry.report import counts_line
@@ -246,8 +247,60 @@ def _num(value: float | None, spec: str = ".4f") -> str:
     )
 
 
+#: One colour per part of the bill, the same in every report.
+PART_COLOUR = {
+    "training": "#8e24aa",
+    "evaluation": "#26a69a",
+    "serving": "#f9a825",
+    "declared": "#78909c",
+}
+
+
+def bill_chart(bill: Lifetime) -> str:
+    """Every line's bill per week, stacked by part: training, evaluation, serving, declared."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    weekly = weekly_parts(bill.rows)
+    currency = bill.lines[0].currency if bill.lines else ""
+    figure, axes = plt.subplots(figsize=(6, 2.8))
+    x = np.arange(len(weekly))
+    bottom = np.zeros(len(weekly))
+    for part in PARTS:
+        values = weekly[part].to_numpy(dtype=float)
+        axes.bar(x, values, bottom=bottom, color=PART_COLOUR[part], label=part)
+        bottom += values
+    axes.set_xticks(
+        x, weekly.index.str.replace(r"^\d{4}-", "", regex=True), fontsize=7, rotation=45
+    )
+    axes.set_ylabel(f"money ({currency})", fontsize=8)
+    axes.ticklabel_format(axis="y", style="plain", useOffset=False)
+    axes.tick_params(axis="y", labelsize=7)
+    axes.legend(fontsize=7, loc="upper left")
+    axes.set_title("the bill per week, by part", fontsize=10)
+    return _svg(figure)
+
+
+def _bill_section(bill: Lifetime | None) -> list[str]:
+    if bill is None or bill.empty:
+        return []
+    headers, rows = lifetime_table(bill.lines)
+    return [
+        "<h2>Lifetime bill to date</h2>",
+        _table(headers, [list(r) for r in rows]),
+        "<ul>" + "".join(f"<li>{_esc(line.in_words())}</li>" for line in bill.lines) + "</ul>",
+        *(f"<p>note: {_esc(note)}</p>" for note in bill.notes),
+        f'<div class="chart" id="bill-chart">{bill_chart(bill)}</div>',
+    ]
+
+
 def render_report(
-    history: History, report: GateReport, bindings: Mapping[str, str] | None = None
+    history: History,
+    report: GateReport,
+    bindings: Mapping[str, str] | None = None,
+    bill: Lifetime | None = None,
 ) -> str:
     """The HTML report of ``report``'s week: its verdicts, with trends and the rest from the history.
 
@@ -287,7 +340,7 @@ def render_report(
                 summary.get("failed", ""),
             ]
         )
-    bill = this_week[["wall_s", "energy_kwh", "co2_kg", "cost"]].sum()
+    this_bill = this_week[["wall_s", "energy_kwh", "co2_kg", "cost"]].sum()
     currency = this_week["currency"].dropna().iloc[0] if this_week["currency"].notna().any() else ""
     body = [
         f'<h1>evalsentry {_esc(week)}: <span class="verdict" style="color:{VERDICT_COLOUR[verdict]}">{verdict}</span></h1>',
@@ -309,7 +362,7 @@ def render_report(
                 [
                     r.evalset,
                     r.feature,
-                    r.model or "",
+                    r.model if isinstance(r.model, str) else "",  # NaN where no model
                     _num(r.psi, ".3f"),
                     _num(r.statistic, ".3f"),
                     _num(r.p_adjusted, ".2g"),
@@ -344,12 +397,13 @@ def render_report(
     body.append(_table(["evalset", "result", "expectations", "failed"], validation_rows))
     body.append("<h2>Cost</h2>")
     body.append(
-        f"<p>This week: {_esc(units.duration(bill['wall_s']))} of device time, "
-        f"{_esc(units.energy(bill['energy_kwh']))}, {_esc(units.carbon(bill['co2_kg']))}, "
-        f"{_esc(units.money(bill['cost'], currency))}.</p>"
+        f"<p>This week: {_esc(units.duration(this_bill['wall_s']))} of device time, "
+        f"{_esc(units.energy(this_bill['energy_kwh']))}, {_esc(units.carbon(this_bill['co2_kg']))}, "
+        f"{_esc(units.money(this_bill['cost'], currency))}.</p>"
     )
     if not evaluations.empty:
         body.append(f'<div class="chart">{cost_chart(evaluations)}</div>')
+    body += _bill_section(bill)
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>evalsentry {_esc(week)}</title><style>{STYLE}</style></head><body>"

@@ -11,6 +11,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from evalsentry import units
+from evalsentry.bill import Lifetime, lifetime_table
 from evalsentry.gate import SEVERITY, Comparison, GateReport, Reference, Verdict
 
 VERDICT_MARK = {
@@ -321,12 +322,13 @@ def weekly_markdown(
     validations: Mapping[str, Mapping[str, Any]],
     drifts: Sequence[Any] = (),
     bindings: Mapping[str, str] | None = None,
+    bill: Lifetime | None = None,
 ) -> str:
     """The weekly report, headline and compact summary first, then the details.
 
     The summary fits the Prefect UI's artifact panel; below it come the model lines and the
     evalsets each is bound to, the gate's full table (tolerance, p, flips, why), metrics with
-    CIs, lineage, cost, data validation and drift.
+    CIs, lineage, cost, data validation and drift, and (given ``bill``) each line's lifetime bill.
     """
     details = gate_markdown(report, include_slices=False).rstrip().splitlines()
     if details and details[0].startswith("#"):  # its heading: this report has its own
@@ -444,4 +446,8 @@ def weekly_markdown(
         f"**This week's bill:** {units.money(total, currency)}, {units.energy(energy)}.",
         "",
     ]
+    if bill is not None and not bill.empty:
+        lines += ["### Lifetime bill to date", "", *_table(*lifetime_table(bill.lines)), ""]
+        lines += [f"- {line.in_words()}" for line in bill.lines]
+        lines += [f"- note: {note}" for note in bill.notes] + [""]
     return "\n".join(lines) + "\n"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -195,13 +195,28 @@ def history(
 def cost(
     weeks: Annotated[int | None, typer.Option(help="Only the last N weeks.")] = None,
     by: Annotated[str, typer.Option(help="Group by model, device or week.")] = "week",
+    lifetime: Annotated[
+        bool,
+        typer.Option(
+            "--lifetime",
+            help="Each model line's whole bill: training, evaluation, serving, declared costs.",
+        ),
+    ] = False,
     config: ConfigOption = None,
 ) -> None:
-    """The bill: device-hours, kWh, kg CO2 and money per week, model or device, with totals."""
+    """The bill: evaluations' device time, energy, CO2 and money per week, model or device.
+
+    With --lifetime, each model line's bill to date instead: training (from its checkpoints'
+    lineage), evaluation, serving (its declared traffic at the measured cost per prediction) and
+    the declared cost.recurring items, each part's share, and the serving forecast per month.
+    """
     from evalsentry import units
     from evalsentry.cost import ledger
 
-    _, store = _history(config)
+    settings, store = _history(config)
+    if lifetime:
+        _print_lifetime(settings, store)
+        return
     evaluations = store.evaluations()
     if evaluations.empty:
         raise UsageError("the history holds no evaluation yet; nothing to bill")
@@ -225,6 +240,22 @@ def cost(
     _print_table(
         f"Cost by {by}", [by, "evaluations", "device time", "energy", "CO2", "money"], rows
     )
+
+
+def _print_lifetime(settings: Any, store: Any) -> None:
+    from evalsentry.bill import lifetime, lifetime_table
+
+    bill = lifetime(store, settings)
+    if bill.empty:
+        raise UsageError(
+            "nothing to bill yet: no evaluation in the history, no training cost in the "
+            "registry's lineage and no cost.recurring item"
+        )
+    _print_table("Lifetime bill to date", *lifetime_table(bill.lines))
+    for line in bill.lines:
+        typer.echo(line.in_words())
+    for note in bill.notes:
+        typer.echo(f"note: {note}")
 
 
 @app.command()
