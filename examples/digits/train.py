@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 import evalsentry
+from evalsentry.config import CostRates
 from examples.digits.model import DigitsCNN
 
 DATA = Path(__file__).parent / "data" / "train.parquet"
@@ -44,8 +45,12 @@ def train(
     channels: int = 16,
     corrupt_classes: Sequence[int] = (),
     corrupt_fraction: float = 0.0,
+    rates: CostRates | None = None,
 ) -> Path:
-    """Train on the shipped split (holding out 10% for validation) and save a checkpoint."""
+    """Train on the shipped split (holding out 10% for validation) and save a checkpoint.
+
+    ``rates`` price the training run (default: ./evalsentry.yaml's ``cost``).
+    """
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     images, labels = load_train()
@@ -60,13 +65,15 @@ def train(
     model = DigitsCNN(channels=channels)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
-    for _ in range(epochs):
-        model.train()
-        for batch in torch.randperm(len(fit)).split(batch_size):
-            optimizer.zero_grad()
-            loss = loss_fn(model(images[fit][batch]), fit_labels[batch])
-            loss.backward()
-            optimizer.step()
+    # The lineage records what training cost: time, energy, carbon, money.
+    with evalsentry.track_training(device="cpu", rates=rates) as run:
+        for _ in range(epochs):
+            model.train()
+            for batch in torch.randperm(len(fit)).split(batch_size):
+                optimizer.zero_grad()
+                loss = loss_fn(model(images[fit][batch]), fit_labels[batch])
+                loss.backward()
+                optimizer.step()
     model.eval()
     with torch.inference_mode():
         logits = model(images[val])
@@ -90,6 +97,7 @@ def train(
         optimizer=optimizer,
         factory=FACTORY,
         factory_kwargs={"channels": channels},
+        training=run,
     )
 
 

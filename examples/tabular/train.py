@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 import evalsentry
-from evalsentry.config import load_config
+from evalsentry.config import CostRates, load_config
 from evalsentry.errors import EvalsentryError, UsageError
 from evalsentry.evalsets import InputsSpec
 
@@ -146,8 +146,12 @@ def train(
     epochs: int = 150,
     lr: float = 1e-2,
     hidden: int = 32,
+    rates: CostRates | None = None,
 ) -> Path:
-    """Freeze (once) the held-out split, fit on the other rows, save a lineage-carrying checkpoint."""
+    """Freeze (once) the held-out split, fit on the other rows, save a lineage-carrying checkpoint.
+
+    ``rates`` price the training run (default: ./evalsentry.yaml's ``cost``).
+    """
     build = model_class(factory)  # before anything is frozen or trained
     table = read_rows(data)
     held, classes = frozen_evalset(table, dataset, data, evalset, evalsets_dir, holdout, split_seed)
@@ -169,11 +173,13 @@ def train(
     model.fit_scaling(x[fit])
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
-    for _ in range(epochs):  # full batch: a few hundred rows
-        model.train()
-        optimizer.zero_grad()
-        loss_fn(model(x[fit]), y[fit]).backward()
-        optimizer.step()
+    # The lineage records what training cost: time, energy, carbon, money.
+    with evalsentry.track_training(device="cpu", rates=rates) as run:
+        for _ in range(epochs):  # full batch: a few hundred rows
+            model.train()
+            optimizer.zero_grad()
+            loss_fn(model(x[fit]), y[fit]).backward()
+            optimizer.step()
     model.eval()
     with torch.inference_mode():
         logits = model(x[val])
@@ -199,6 +205,7 @@ def train(
         optimizer=optimizer,
         factory=factory,
         factory_kwargs=kwargs,
+        training=run,
     )
 
 
@@ -220,17 +227,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 < args.holdout < 1:
         parser.error("--holdout: a share between 0 and 1, such as 0.3")
     try:
+        config = load_config(args.config)
         path = train(
             args.data or HERE / dataset.file,
             dataset,
             args.out,
             evalset=args.evalset or args.dataset,
-            evalsets_dir=load_config(args.config).evalsets_dir,
+            evalsets_dir=config.evalsets_dir,
             factory=args.factory,
             holdout=args.holdout,
             seed=args.seed,
             epochs=args.epochs,
             hidden=args.hidden,
+            rates=config.cost,
         )
     except EvalsentryError as exc:
         print(f"error: {exc}", file=sys.stderr)

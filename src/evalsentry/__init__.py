@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # what __getattr__ below loads on first use, declared for typ
     from evalsentry.freeze import freeze_evalset
     from evalsentry.inference import evaluate
     from evalsentry.registry import Registry
+    from evalsentry.training import TrainingRun, track_training
 
 __version__ = "0.1.0"
 
@@ -27,9 +28,12 @@ _LAZY = {
     "load_evalset": "evalsentry.evalsets",
     "freeze_evalset": "evalsentry.freeze",
     "evaluate": "evalsentry.inference",
+    "track_training": "evalsentry.training",
+    "TrainingRun": "evalsentry.training",
 }
 __all__ = [
     "Registry",
+    "TrainingRun",
     "__version__",
     "evaluate",
     "freeze_evalset",
@@ -37,6 +41,7 @@ __all__ = [
     "load_config",
     "load_evalset",
     "save_checkpoint",
+    "track_training",
 ]
 
 

@@ -46,6 +46,8 @@ from evalsentry.trust import DEFAULT_MAX_CHECKPOINT_BYTES, Trust, import_factory
 if TYPE_CHECKING:
     import torch
 
+    from evalsentry.training import TrainingRun
+
 log = logging.getLogger(__name__)
 _STATE_KEY = "model_state_dict"
 
@@ -119,6 +121,7 @@ def save_checkpoint(
     factory_kwargs: Mapping[str, Any] | None = None,
     git_sha: str | None = None,
     repo: str | os.PathLike[str] | None = None,
+    training: TrainingRun | Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``{model_state_dict, optimizer_state_dict?, metrics, lineage}`` atomically.
 
@@ -139,14 +142,25 @@ def save_checkpoint(
         factory_kwargs: keyword arguments for the factory.
         git_sha: the code commit; by default read from git in ``repo`` (or the cwd).
         repo: the repository the training code runs in.
+        training: what training cost: the run ``evalsentry.track_training`` yielded (after its
+            block), or a mapping of the same fields; recorded as ``lineage["training_cost"]``.
 
     Returns:
         The path written.
+
+    Raises:
+        BadTrainingData: ``data`` names no training data.
+        BadTrainingCost: ``training`` is an open run, or a field is missing or implausible.
 
     """
     import torch
 
     training_files(data)  # refuse missing or empty training data before building anything
+    cost = None
+    if training is not None:
+        from evalsentry.training import training_cost
+
+        cost = training_cost(training)
     factory = factory or _infer_factory(model)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     rebuilt = _call_factory(import_factory(factory), factory, factory_kwargs)
@@ -162,6 +176,8 @@ def save_checkpoint(
         git_dirty=False if git_sha else None,
         repo=repo,
     )
+    if cost is not None:
+        lineage["training_cost"] = cost
     payload: dict[str, Any] = {
         "model_state_dict": state,
         "metrics": {str(k): float(v) for k, v in metrics.items()},
