@@ -39,7 +39,7 @@ from evalsentry.pipeline import (
 from evalsentry.tasks import events
 from evalsentry.tasks.drift import check_drift
 from evalsentry.tasks.evalsets import load_evalset, validate_evalset
-from evalsentry.tasks.evaluate import evaluate, on_device
+from evalsentry.tasks.evaluate import evaluate, on_device, time_against_previous_week
 from evalsentry.tasks.gate import gate_week
 from evalsentry.tasks.history import write_comparisons, write_drift, write_history
 from evalsentry.tasks.registry import resolve_targets
@@ -316,13 +316,19 @@ def weekly_eval(
     for outcome in outcomes:
         if not outcome.ok:
             events.checkpoint_failed(outcome.evaluation)
+    # Timing needs the device the evaluations ran on: this process's, on the thread runner.
+    slowdowns = (
+        time_against_previous_week(outcomes, loaded, settings, week, device)
+        if task_runner == "thread" and not fan_out
+        else []
+    )
 
     report = gate_week(settings.store_url, week, settings.gate, settings.evalsets_dir, models)
     # When nothing ran because of invalid evalsets or unbound models, their ERROR rows say
     # why; the gate's "nothing evaluated" would only repeat it.
     report = GateReport(
         week,
-        not_evaluated + (report.comparisons if outcomes or not not_evaluated else []),
+        not_evaluated + (report.comparisons if outcomes or not not_evaluated else []) + slowdowns,
         report.strict,
     )
     created = now_utc()

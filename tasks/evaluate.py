@@ -1,10 +1,14 @@
-"""The inference task; on CUDA it is tagged ``gpu`` so a tag concurrency limit can serialise it."""
+"""The inference tasks: evaluating a checkpoint, and timing it against last week's.
+
+On CUDA evaluation is tagged ``gpu`` so a tag concurrency limit can serialise it.
+"""
 
 from __future__ import annotations
 
 import atexit
 import functools
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, cast
 from uuid import UUID
 
@@ -15,7 +19,10 @@ from prefect.cache_policies import NO_CACHE
 from evalsentry.config import Config
 from evalsentry.cost import CostMeter
 from evalsentry.evalsets import Evalset
+from evalsentry.history import History
 from evalsentry.pipeline import Outcome, Target, evaluate_checkpoint
+from evalsentry.timing import check_slowdowns, slowdown_pairs
+from evalsentry.verdicts import Comparison
 
 #: Fewest seconds between two updates of an inference's progress artifact: each is an API call,
 #: and a call per batch cost a worker ~0.5 s per 20k-image evaluation on a busy server.
@@ -101,3 +108,16 @@ def evaluate(
         validation=validation,
         progress=progress,
     )
+
+
+@task(name="time-against-previous-week", cache_policy=NO_CACHE)
+def time_against_previous_week(
+    outcomes: Sequence[Outcome],
+    evalsets: Mapping[str, Evalset],
+    config: Config,
+    week: str,
+    device: str,
+) -> list[Comparison]:
+    """Paired timing of each line's new production checkpoint against its previous week's."""
+    pairs = slowdown_pairs(outcomes, History(config.store_url), week)
+    return check_slowdowns(pairs, evalsets, config, device=device)

@@ -80,6 +80,15 @@ class TupleNet(TinyNet):
         return self.body(x.flatten(1)), x.flatten(1)
 
 
+class SlowNet(TinyNet):
+    """TinyNet's function, computed four times over: the same predictions, slower."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(3):
+            self.body(x.flatten(1))
+        return self.body(x.flatten(1))
+
+
 class SleepingNet(TinyNet):
     """A forward that never returns."""
 

@@ -47,16 +47,26 @@ def tell_story(folder: Path) -> list[tuple[str, Any]]:
         f"store: store\nregistry: registry\nevalsets: {EVALSETS}\n"
         f"trusted_factories: [{TRUSTED_MODULE}]\n"
         f"drift:\n  live:\n    digits: {LIVE_SAMPLE}\n"
+        # What the lifetime bill needs beyond the meters: expected traffic, declared costs.
+        "traffic:\n  digits:\n    requests_per_day: 1000000\n"
+        "cost:\n  recurring:\n"
+        "    - {name: labelling refresh, amount: 20, per: month, model: digits}\n"
+        "    - {name: monitoring, amount: 5, per: month}\n"
     )
     settings = load_config(config)
     registry = Registry(settings.registry_url)
 
     _say("Training three checkpoints on the shipped digits data")
     checkpoints = folder / "checkpoints"
-    first = train(checkpoints / "digits-1.pt", seed=1)
-    retrain = train(checkpoints / "digits-2.pt", seed=2)
+    rates = settings.cost  # the demo project's rates price its training runs too
+    first = train(checkpoints / "digits-1.pt", seed=1, rates=rates)
+    retrain = train(checkpoints / "digits-2.pt", seed=2, rates=rates)
     broken = train(
-        checkpoints / "digits-3.pt", seed=3, corrupt_classes=(3, 5, 8), corrupt_fraction=0.6
+        checkpoints / "digits-3.pt",
+        seed=3,
+        corrupt_classes=(3, 5, 8),
+        corrupt_fraction=0.6,
+        rates=rates,
     )
     registry.register(first, MODEL, trust=settings.trust, stage="production")
     registry.register(retrain, MODEL, trust=settings.trust)
@@ -94,5 +104,6 @@ def run_demo(folder: Path) -> int:
     print(f"  History:  evalsentry history --config {config} --metric accuracy")
     print(f"  Gate:     evalsentry gate --config {config}")
     print(f"  Bill:     evalsentry cost --config {config} --by week")
+    print(f"  Lifetime: evalsentry cost --config {config} --lifetime")
     print(f"  Took {time.perf_counter() - start:.0f} s.")
     return 0 if caught else 1

@@ -217,7 +217,7 @@ def evaluate(
     target_device = torch.device(device)
     on_cuda = target_device.type == "cuda"
     model = model.to(target_device).eval()
-    inputs, targets = _staged(evalset, target_device)
+    inputs, targets = staged(evalset, target_device)
     if channels_last is None:
         channels_last = (
             on_cuda
@@ -429,7 +429,7 @@ RESIDENT_FRACTION = 0.25
 _RESIDENT: dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _staged(evalset: Evalset, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def staged(evalset: Evalset, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The evalset's tensors where inference reads them from.
 
     On CUDA: resident on the device (moved once, reused by every checkpoint of the process)

@@ -66,7 +66,7 @@ from evalsentry.inference import ForwardRaised, exception_line
 
 if TYPE_CHECKING:
     from evalsentry.evalsets import Evalset
-    from evalsentry.inference import InferenceResult, ProgressFn
+    from evalsentry.inference import ProgressFn
     from evalsentry.trust import Trust
 
 log = logging.getLogger(__name__)
@@ -141,11 +141,14 @@ def failure_reason(error: BaseException, phase: str) -> str:
 
 @dataclass(frozen=True)
 class Isolated:
-    """What the child sends back: the checkpoint's lineage and hash, and the inference result."""
+    """What the child sends back: the checkpoint's lineage and hash, and its result.
+
+    The result is an ``InferenceResult``, or a ``PairedTiming`` for a timing request.
+    """
 
     lineage: dict[str, Any]
     sha256: str
-    result: InferenceResult
+    result: Any
 
 
 def evaluate_isolated(
@@ -178,16 +181,58 @@ def evaluate_isolated(
         EvaluationProcessDied: the child ended without an answer.
         EvaluationFailed: the evaluation raised in the child, with its one-line reason.
     """
-    load = {
+    load = load_arguments(trust, expected_sha256, factory, factory_kwargs)
+    return _request("evaluate", uri, evalset, load, device, timeout_s, progress)
+
+
+def load_arguments(
+    trust: Trust,
+    expected_sha256: str | None,
+    factory: str | None = None,
+    factory_kwargs: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``load_checkpoint``'s keyword arguments in the child: what is trusted and pinned."""
+    return {
         "trust": trust,
         "expected_sha256": expected_sha256,
         "factory": factory,
         "factory_kwargs": dict(factory_kwargs) if factory_kwargs is not None else None,
     }
+
+
+def time_isolated(
+    uri: str,
+    load: dict[str, Any],
+    reference_uri: str,
+    reference_load: dict[str, Any],
+    evalset: Evalset,
+    *,
+    device: str,
+    timeout_s: float,
+) -> Isolated:
+    """Time the checkpoint at ``uri`` against ``reference_uri`` in a child process.
+
+    Both load as :func:`evaluate_isolated` loads one (``load_arguments``); the answer's result is
+    a :class:`evalsentry.timing.PairedTiming`. Raises as :func:`evaluate_isolated` does.
+    """
+    extra = {"reference_uri": reference_uri, "reference_load": reference_load}
+    return _request("time", uri, evalset, load, device, timeout_s, None, extra)
+
+
+def _request(
+    kind: str,
+    uri: str,
+    evalset: Evalset,
+    load: dict[str, Any],
+    device: str,
+    timeout_s: float,
+    progress: ProgressFn | None,
+    extra: Mapping[str, Any] | None = None,
+) -> Isolated:
     child = _checkout()
     done = False
     try:
-        answer = child.evaluate(uri, evalset, load, device, timeout_s, progress)
+        answer = child.request(kind, uri, evalset, load, device, timeout_s, progress, extra)
         done = True
         return answer
     finally:
@@ -249,21 +294,23 @@ class _Child:
             return self.process.wait(KILL_WAIT_S)
         return None
 
-    def evaluate(
+    def request(
         self,
+        kind: str,
         uri: str,
         evalset: Evalset,
         load: dict[str, Any],
         device: str,
         timeout_s: float,
         progress: ProgressFn | None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Isolated:
         phase, lineage, sha256 = STARTING, None, None
         deadline = time.monotonic() + START_TIMEOUT_S
         try:
             if not self.ready:
                 self._expect_ready(deadline)
-            self.send(("evaluate", self._job(uri, evalset, load, device)))
+            self.send((kind, {**self._job(uri, evalset, load, device), **(extra or {})}))
             while True:
                 message = self.receive(deadline - time.monotonic())
                 if message is None:
@@ -488,22 +535,24 @@ def serve(fd: int, parent: int) -> None:
     evalsets: dict[str, Evalset] = {}
     while connection.poll(IDLE_S + IDLE_GRACE_S):
         try:
-            _, job = pickle.loads(connection.recv_bytes())  # noqa: S301 - from the process that started us
+            kind, job = pickle.loads(connection.recv_bytes())  # noqa: S301 - from the process that started us
         except EOFError:
             return
         try:
-            _evaluate(job, evalsets, send)
+            _serve_one(kind, job, evalsets, send)
         except BrokenPipeError:
             return
 
 
-def _evaluate(
-    job: dict[str, Any], evalsets: dict[str, Evalset], send: Callable[[object], None]
+def _serve_one(
+    kind: str, job: dict[str, Any], evalsets: dict[str, Evalset], send: Callable[[object], None]
 ) -> None:
+    """Evaluate one checkpoint (``evaluate``), or time it against a reference (``time``)."""
     import torch
 
     from evalsentry.checkpoint import load_checkpoint
     from evalsentry.inference import evaluate
+    from evalsentry.timing import time_pair
 
     sys.path[:] = job["sys_path"]
     with contextlib.suppress(OSError):
@@ -522,12 +571,16 @@ def _evaluate(
         loaded = load_checkpoint(job["uri"], **job["load"])
         send(("loaded", loaded.lineage, loaded.sha256))
         phase = RUNNING
-        result = evaluate(
-            loaded.model,
-            evalset,
-            device=job["device"],
-            progress=lambda done, total: send(("progress", done, total)),
-        )
+        if kind == "time":
+            reference = load_checkpoint(job["reference_uri"], **job["reference_load"])
+            result: Any = time_pair(reference.model, loaded.model, evalset, device=job["device"])
+        else:
+            result = evaluate(
+                loaded.model,
+                evalset,
+                device=job["device"],
+                progress=lambda done, total: send(("progress", done, total)),
+            )
     except BrokenPipeError:
         raise
     except Exception as exc:  # noqa: BLE001 - every failure goes back as one line, with its traceback

@@ -13,6 +13,7 @@ import pytest
 import torch
 from prefect.client.orchestration import get_client
 
+from evalsentry.checkpoint import save_checkpoint
 from evalsentry.config import load_config
 from evalsentry.flows.evaluate_candidate import evaluate_candidate
 from evalsentry.flows.weekly_eval import weekly_eval
@@ -22,7 +23,7 @@ from evalsentry.tasks.evaluate import evaluate, on_device
 from evalsentry.weeks import iso_week
 from tests.flows.api import task_runs
 from tests.flows.test_s3_store import s3_endpoint, s3_project  # noqa: F401 - fixtures, moto on loopback
-from tests.models import TRUST
+from tests.models import TRUST, SlowNet
 from tests.unit.test_evalsets import edit
 
 
@@ -85,6 +86,36 @@ class TestWeeklyEval:
         assert "flips -" in third.message and "p=" in third.message
         frame = history(toy_project).evaluations()
         assert frame["week"].tolist() == ["2026-W40", "2026-W41", "2026-W42"]
+
+    def test_a_slower_checkpoint_is_a_warn_with_its_numbers(
+        self, toy_project: Path, toy_checkpoints: dict[str, Path], train_data: Path
+    ) -> None:
+        """Same predictions, four times the work: the week is a WARN naming the slowdown."""
+        weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+        slow = SlowNet()
+        state = torch.load(toy_checkpoints["good"], weights_only=True)["model_state_dict"]
+        slow.load_state_dict(state)
+        path = save_checkpoint(
+            slow,
+            toy_checkpoints["good"].parent / "slow.pt",
+            metrics={},
+            config={"variant": "slow"},
+            seed=7,
+            data=train_data,
+        )
+        registry = Registry(load_config(toy_project).registry_url)
+        entry = registry.register(path, "toy-model", trust=TRUST)
+        registry.promote("toy-model", entry.version, "production")
+        second = weekly_eval(week="2026-W41", config=str(toy_project), return_state=True)
+        assert second.is_completed()
+        result = second.result()
+        assert result["verdict"] == "WARN"
+        (warning,) = result["warnings"]
+        assert re.search(r"toy-model@v2 on toy: microseconds_per_example vs previous-week", warning)
+        assert re.search(r"[2-9]\.\d\dx the time per example of v1 on cpu", warning)
+        rows = history(toy_project).comparisons()
+        timed = rows[rows["metric"] == "microseconds_per_example"]
+        assert timed["verdict"].tolist() == ["WARN"] and timed["value"].item() > 0
 
     def test_run_is_named_after_the_week_and_publishes_artifacts(self, toy_project: Path) -> None:
         """The run name carries week, kind and id; report, table, link and progress artifacts exist.

@@ -1,0 +1,272 @@
+"""Is this week's checkpoint slower than last week's? Paired timing on one device, one process.
+
+Serving recurs forever, so a checkpoint that takes markedly longer per example is a cost
+regression, and a regression is reported. One evaluation's throughput a week is a poor witness:
+the load on a shared host changes from week to week, and a 20% difference is noise as often as
+not. Paired timing runs both checkpoints in one process on the same examples, alternating which
+goes first (ABBA), round after round, after a warm-up each; each round's ratio cancels the load
+both saw. A slowdown is a WARN only when the median ratio passes ``cost.slowdown_warn`` and all
+rounds but one are slower by at least half of it: one unlucky round cannot raise it, nor one
+lucky round hide it.
+
+:func:`time_pair` runs in the evaluation's child process (``evalsentry.isolation``), where the
+checkpoints' code runs; :func:`slowdown_pairs` and :func:`slowdown_comparison` are the caller's.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from evalsentry.gate import Reference
+from evalsentry.verdicts import Comparison, Verdict
+from evalsentry.weeks import week_start
+
+if TYPE_CHECKING:
+    import torch
+
+    from evalsentry.config import Config
+    from evalsentry.evalsets import Evalset
+    from evalsentry.history import History
+    from evalsentry.pipeline import Outcome
+
+log = logging.getLogger(__name__)
+
+ROUNDS = 7
+EXAMPLES = 2048
+#: A round repeats its pass over the examples until it lasts about this long.
+MIN_ROUND_S = 0.05
+MAX_PASSES = 1000
+#: The comparison's metric: its values are microseconds per example, slower is worse.
+METRIC = "microseconds_per_example"
+
+
+@dataclass(frozen=True)
+class PairedTiming:
+    """Seconds each checkpoint took over the same examples, one entry per round."""
+
+    reference_s: list[float]
+    current_s: list[float]
+    examples: int  # per round: the examples times the passes over them
+    device: str
+
+    @property
+    def ratios(self) -> list[float]:
+        """Each round's current time over the reference's."""
+        return [c / r for c, r in zip(self.current_s, self.reference_s, strict=True) if r > 0]
+
+    @property
+    def ratio(self) -> float:
+        """The median round's ratio."""
+        return float(statistics.median(self.ratios))
+
+    def per_example(self) -> tuple[float, float]:
+        """Median seconds per example: reference, current."""
+        return (
+            statistics.median(self.reference_s) / self.examples,
+            statistics.median(self.current_s) / self.examples,
+        )
+
+
+def time_pair(
+    reference: torch.nn.Module,
+    current: torch.nn.Module,
+    evalset: Evalset,
+    *,
+    device: str,
+    rounds: int = ROUNDS,
+    examples: int = EXAMPLES,
+    batch_size: int = 512,
+) -> PairedTiming:
+    """Time both models over the evalset's first ``examples`` inputs, ``rounds`` times each."""
+    import torch
+
+    from evalsentry.inference import resolve_device, staged
+
+    target = torch.device(resolve_device(device))
+    inputs, _ = staged(evalset, target)
+    sample = inputs[:examples]
+    models = [m.to(target).eval() for m in (reference, current)]
+
+    def once(model: torch.nn.Module) -> float:
+        if target.type == "cuda":
+            torch.cuda.synchronize(target)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for i in range(0, len(sample), batch_size):
+                model(sample[i : i + batch_size].to(target, non_blocking=True))
+        if target.type == "cuda":
+            torch.cuda.synchronize(target)
+        return time.perf_counter() - start
+
+    # Warm-up (allocator, kernels, caches), and how many passes make a round long enough that
+    # the clock's and the scheduler's jitter stay small against it.
+    for model in models:
+        once(model)
+    fastest = min(once(model) for model in models)
+    passes = max(1, min(MAX_PASSES, math.ceil(MIN_ROUND_S / max(fastest, 1e-6))))
+    seconds: tuple[list[float], list[float]] = ([], [])
+    for round_ in range(rounds):
+        for which in (0, 1) if round_ % 2 == 0 else (1, 0):
+            seconds[which].append(sum(once(models[which]) for _ in range(passes)))
+    return PairedTiming(seconds[0], seconds[1], len(sample) * passes, str(target))
+
+
+@dataclass(frozen=True)
+class TimingPair:
+    """A production checkpoint's evaluation this week, and its line's previous one to time against."""
+
+    outcome: Outcome
+    reference: Mapping[str, Any]  # last week's evaluation row of the line on the same evalset
+
+
+def slowdown_pairs(outcomes: Sequence[Outcome], history: History, week: str) -> list[TimingPair]:
+    """One pair per model line whose production checkpoint changed since its previous week.
+
+    The previous week is the line's latest scheduled week before ``week`` with a successful
+    production evaluation on the same evalset and device kind. The same checkpoint as then, a
+    different device, or no such week: nothing to time.
+    """
+    pairs, seen = [], set()
+    for outcome in sorted(outcomes, key=lambda o: (o.evaluation["model"], o.evaluation["evalset"])):
+        row = outcome.evaluation
+        if (
+            not outcome.ok
+            or row["model"] in seen
+            or row["stage"] != "production"
+            or row["kind"] != "scheduled"
+        ):
+            continue
+        earlier = history.evaluations(model=row["model"], evalset=row["evalset"], kind="scheduled")
+        earlier = earlier[
+            (earlier["status"] == "ok")
+            & (earlier["stage"] == "production")
+            & (earlier["week"].map(week_start) < week_start(week))
+        ]
+        if earlier.empty:
+            continue
+        previous = earlier.loc[earlier["week"].map(week_start).idxmax()]
+        if previous["checkpoint_sha256"] == row["checkpoint_sha256"]:
+            continue
+        if previous["device"] != row["device"]:
+            continue
+        seen.add(row["model"])
+        pairs.append(TimingPair(outcome, previous.to_dict()))
+    return pairs
+
+
+def _microseconds(seconds: float) -> str:
+    """``7.5 µs``, ``1,500 µs``: about three significant digits, never scientific notation."""
+    value = seconds * 1e6
+    decimals = 0 if value >= 100 else 1 if value >= 10 else 2 if value >= 1 else 3
+    text = f"{value:,.{decimals}f}"
+    return (text.rstrip("0").rstrip(".") if decimals else text) + " µs"
+
+
+def slowdown_comparison(
+    pair: TimingPair, timing: PairedTiming | None, threshold: float, error: str = ""
+) -> Comparison:
+    """The WARN (or PASS) of one pair's paired timing; a WARN saying so when it could not run."""
+    row, previous = pair.outcome.evaluation, pair.reference
+    base = {
+        "evaluation_id": row["evaluation_id"],
+        "week": row["week"],
+        "model": row["model"],
+        "version": row["version"],
+        "evalset": row["evalset"],
+        "reference": Reference.PREVIOUS_WEEK,
+        "metric": METRIC,
+        "reference_evaluation_id": previous["evaluation_id"],
+        "reference_week": previous["week"],
+        "reference_version": int(previous["version"]),
+        "method": "paired timing",
+    }
+    if timing is None:
+        return Comparison(
+            **base,
+            verdict=Verdict.WARN,
+            reason=f"paired timing against v{previous['version']} could not run: {error}",
+        )
+    before, now = timing.per_example()
+    slower = sum(ratio > 1 + threshold / 2 for ratio in timing.ratios)
+    flagged = timing.ratio > 1 + threshold and slower >= len(timing.ratios) - 1
+    measured = (
+        f"{timing.ratio:.2f}x the time per example of v{previous['version']} on {timing.device} "
+        f"({_microseconds(now)} vs {_microseconds(before)}; median of {len(timing.ratios)} paired "
+        f"rounds of {timing.examples:,} predictions, {slower} slower by over "
+        f"{threshold / 2:.0%})"
+    )
+    return Comparison(
+        **base,
+        verdict=Verdict.WARN if flagged else Verdict.PASS,
+        reason=f"{measured}; serving costs {timing.ratio:.2f}x as much"
+        if flagged
+        else f"no slowdown: {measured}",
+        reference_value=before * 1e6,
+        value=now * 1e6,
+        delta=(now - before) * 1e6,
+        drop=(now - before) * 1e6,  # slower is worse
+        tolerance=before * threshold * 1e6,
+        n=timing.examples,
+    )
+
+
+def check_slowdowns(
+    pairs: Sequence[TimingPair],
+    evalsets: Mapping[str, Evalset],
+    config: Config,
+    *,
+    device: str,
+) -> list[Comparison]:
+    """Time each pair in an evaluation child; one comparison per pair whose versions still exist.
+
+    A previous version no longer in the registry leaves nothing to time (logged). A timing that
+    fails (a checkpoint that will not load, a timeout) is a WARN saying why: the cost check was
+    not made, and that is said, not hidden.
+    """
+    from evalsentry.errors import RegistryError
+    from evalsentry.isolation import failure_reason, load_arguments, time_isolated
+    from evalsentry.pipeline import Target
+    from evalsentry.registry import Registry
+
+    registry = Registry(config.registry_url)
+    found = []
+    for pair in pairs:
+        row, previous = pair.outcome.evaluation, pair.reference
+        try:
+            current = Target.from_entry(registry.show(row["model"], int(row["version"])))
+            reference = Target.from_entry(registry.show(row["model"], int(previous["version"])))
+        except RegistryError as exc:
+            log.info("%s: not timed against its previous version: %s", row["model"], exc)
+            continue
+
+        def load(target: Target) -> dict[str, Any]:
+            pinned = target.pinned_model
+            return load_arguments(
+                config.trust, target.sha256, pinned.get("factory"), pinned.get("kwargs")
+            )
+
+        try:
+            answer = time_isolated(
+                current.uri,
+                load(current),
+                reference.uri,
+                load(reference),
+                evalsets[row["evalset"]],
+                device=device,
+                timeout_s=config.inference_timeout_s,
+            )
+        except Exception as exc:  # noqa: BLE001 - whatever failed, the check says it did not run
+            found.append(
+                slowdown_comparison(
+                    pair, None, config.cost.slowdown_warn, failure_reason(exc, "timing")
+                )
+            )
+            continue
+        found.append(slowdown_comparison(pair, answer.result, config.cost.slowdown_warn))
+    return found
