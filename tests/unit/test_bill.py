@@ -129,7 +129,10 @@ def test_each_part_comes_from_its_source(project: Config) -> None:
     assert shared.parts["declared"] == pytest.approx(3 * 100.0 / WEEKS_PER_MONTH)
     assert line.share("training") == pytest.approx(4.0 / line.total)
     words = line.in_words()
-    assert words.startswith("m: training is 4% of its bill to date (4.00 USD of 102.70 USD)") and "declared" in words
+    assert (
+        words.startswith("m: training is 4% of its bill to date (4.00 USD of 102.70 USD)")
+        and "declared" in words
+    )
 
 
 def test_serving_energy_is_the_evaluations_energy_per_example(project: Config) -> None:
