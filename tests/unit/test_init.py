@@ -77,7 +77,15 @@ class TestInit:
         assert theirs["deployments"] == ours["deployments"]
         assert theirs["pull"] == ours["pull"]
         ours, theirs = _yaml(ROOT / "evalsentry.yaml"), _yaml(tmp_path / "evalsentry.yaml")
-        for key in ("store", "registry", "evalsets", "gate", "cost", "max_checkpoint_bytes"):
+        for key in (
+            "store",
+            "registry",
+            "evalsets",
+            "gate",
+            "cost",
+            "traffic",
+            "max_checkpoint_bytes",
+        ):
             assert theirs[key] == ours[key], key
 
     @pytest.mark.parametrize("existing", ["evalsentry.yaml", "prefect.yaml"])
