@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from evalsentry.config import GatePolicy, Tolerance
-from evalsentry.metrics import Metric, get_metric
+from evalsentry.metrics import OVERALL, Metric, get_metric
 from evalsentry.multiplicity import benjamini_hochberg, effective_levels, family_adjusted
 from evalsentry.resampling import Columns, permutation_p_values, swap_values
 from evalsentry.stats import (
@@ -42,7 +42,7 @@ from evalsentry.stats import (
     mcnemar_p,
     within_tolerance,
 )
-from evalsentry.verdicts import OVERALL, Verdict
+from evalsentry.verdicts import Verdict
 
 FloatArray = NDArray[np.float64]
 Family = Literal["gate", "report"]

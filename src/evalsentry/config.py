@@ -139,14 +139,6 @@ class DriftPolicy(BaseModel):
     alpha: float = Field(0.05, gt=0, lt=1)
     fail_run: bool = Field(False, description="whether FAIL-level drift fails the weekly run")
 
-    def verdict(self, psi: float, p_value: float) -> str:
-        """FAIL or WARN when the shift is both significant and large enough, else PASS."""
-        if p_value < self.alpha and psi >= self.psi_fail:
-            return "FAIL"
-        if p_value < self.alpha and psi >= self.psi_warn:
-            return "WARN"
-        return "PASS"
-
 
 class RecurringCost(BaseModel):
     """A cost no meter sees (labelling, people's hours, storage, monitoring), declared."""

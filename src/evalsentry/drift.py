@@ -54,6 +54,15 @@ class DriftResult:
         return {**asdict(self), "verdict": str(self.verdict), "run_id": run_id, "week": week}
 
 
+def drift_verdict(policy: DriftPolicy, psi: float, p_value: float) -> Verdict:
+    """FAIL or WARN when the shift is both significant and large enough, else PASS."""
+    if p_value < policy.alpha and psi >= policy.psi_fail:
+        return Verdict.FAIL
+    if p_value < policy.alpha and psi >= policy.psi_warn:
+        return Verdict.WARN
+    return Verdict.PASS
+
+
 def psi(reference: np.ndarray, live: np.ndarray, bins: int = PSI_BINS) -> float:
     """Population stability index over ``bins`` quantile bins of the reference."""
     edges = np.unique(np.quantile(reference, np.linspace(0, 1, bins + 1)))
@@ -147,7 +156,7 @@ def input_drift(evalset: Evalset, live: np.ndarray, policy: DriftPolicy) -> list
                 p_adjusted=float(p_adj),
                 n_reference=len(reference[name]),
                 n_live=len(current[name]),
-                verdict=Verdict(policy.verdict(index, float(p_adj))),
+                verdict=drift_verdict(policy, index, float(p_adj)),
             )
         )
     return results
@@ -185,6 +194,6 @@ def prediction_drift(
         p_adjusted=float(test.pvalue),
         n_reference=len(reference_predictions),
         n_live=len(live_predictions),
-        verdict=Verdict(policy.verdict(index, float(test.pvalue))),
+        verdict=drift_verdict(policy, index, float(test.pvalue)),
         model=model,
     )

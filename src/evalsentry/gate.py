@@ -416,11 +416,11 @@ def _baseline_marker(current: pd.Series) -> Comparison:
 
 
 def _baseline_row(history: History, line: pd.DataFrame, model: str) -> pd.Series | None:
-    pinned = history.baseline_week(model)
-    if pinned is None:
-        return line.iloc[0]  # the first recorded week
-    rows = line[line["week"] == pinned]
-    return None if rows.empty else rows.iloc[-1]
+    week, pinned = history.baseline(model, line["week"])
+    rows = line[line["week"] == week]
+    if rows.empty:
+        return None
+    return rows.iloc[-1] if pinned else rows.iloc[0]
 
 
 def gate_candidate(

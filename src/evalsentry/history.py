@@ -44,13 +44,7 @@ from evalsentry.storage import (
     unique_name,
     write_atomic,
 )
-from evalsentry.weeks import check_week
-
-# Weeks live in evalsentry.weeks; these stay importable from here for the callers that predate it.
-from evalsentry.weeks import iso_week as iso_week  # noqa: PLC0414
-from evalsentry.weeks import latest_week as latest_week  # noqa: PLC0414
-from evalsentry.weeks import now_utc as now_utc  # noqa: PLC0414
-from evalsentry.weeks import weeks_in_order as weeks_in_order  # noqa: PLC0414
+from evalsentry.weeks import check_week, now_utc, weeks_in_order
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -583,6 +577,18 @@ class History:
         return {
             name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names
         }
+
+    def baseline(self, model: str, weeks: Iterable[object]) -> tuple[str | None, bool]:
+        """The baseline week of ``model`` and whether it is pinned.
+
+        The one rule: the pinned week (``evalsentry baseline set``), else the first of ``weeks``
+        (the line's recorded weeks, compared as dates); None when there is neither.
+        """
+        pinned = self.baseline_week(model)
+        if pinned is not None:
+            return pinned, True
+        ordered = weeks_in_order(weeks)
+        return (ordered[0] if ordered else None), False
 
     def baseline_week(self, model: str) -> str | None:
         """The pinned baseline week of ``model``, or None."""

@@ -183,7 +183,7 @@ def _line_section(history: History, report: GateReport, line: pd.DataFrame, week
     earlier = line[line["week"] < week]
     metrics = history.metrics(line["evaluation_id"])
     stored = history.comparisons(line["evaluation_id"])
-    baseline_week = history.baseline_week(str(current["model"])) or str(line["week"].min())
+    baseline_week, _ = history.baseline(str(current["model"]), line["week"])
     parts = [
         f"<h2>{_esc(current['model'])} on {_esc(current['evalset'])}</h2>",
         '<div class="charts">',

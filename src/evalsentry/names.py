@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 from evalsentry.errors import InvalidName
-from evalsentry.weeks import check_week as check_week  # noqa: PLC0414 - kept here for callers
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 STAGES = ("candidate", "production", "archived")

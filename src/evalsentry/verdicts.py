@@ -17,8 +17,8 @@ from enum import StrEnum
 from typing import Any
 
 from evalsentry.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
+from evalsentry.metrics import OVERALL
 
-OVERALL = ""
 BRIEF_REASON_CHARS = 60  # an ERROR's reason in a headline: enough for the cause, not its path
 
 

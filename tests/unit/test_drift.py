@@ -11,9 +11,17 @@ import pytest
 from scipy.stats import chi2_contingency, false_discovery_control, ks_2samp
 
 from evalsentry.config import DriftPolicy
-from evalsentry.drift import class_psi, input_drift, prediction_drift, psi, read_live
+from evalsentry.drift import (
+    class_psi,
+    drift_verdict,
+    input_drift,
+    prediction_drift,
+    psi,
+    read_live,
+)
 from evalsentry.errors import EvalsetError
 from evalsentry.evalsets import load_evalset
+from evalsentry.verdicts import Verdict
 
 
 class TestPSI:
@@ -80,10 +88,10 @@ class TestPolicy:
     def test_verdict_needs_both_significance_and_size(self) -> None:
         """Significant but tiny shifts pass; large and significant ones warn or fail."""
         policy = DriftPolicy(psi_warn=0.1, psi_fail=0.25, alpha=0.05)
-        assert policy.verdict(0.05, 1e-9) == "PASS"
-        assert policy.verdict(0.5, 0.2) == "PASS"
-        assert policy.verdict(0.15, 0.001) == "WARN"
-        assert policy.verdict(0.3, 0.001) == "FAIL"
+        assert drift_verdict(policy, 0.05, 1e-9) == Verdict.PASS
+        assert drift_verdict(policy, 0.5, 0.2) == Verdict.PASS
+        assert drift_verdict(policy, 0.15, 0.001) == Verdict.WARN
+        assert drift_verdict(policy, 0.3, 0.001) == Verdict.FAIL
 
 
 class TestLiveData:

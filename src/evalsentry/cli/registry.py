@@ -200,7 +200,8 @@ def registry_archive(
 
 def _last_weeks(settings: Config, model: str | None = None) -> dict[tuple[str, int], str]:
     """The newest week each (model, version) was evaluated in (ok or error), from the history."""
-    from evalsentry.history import History, latest_week
+    from evalsentry.history import History
+    from evalsentry.weeks import latest_week
 
     frame = History(settings.store_url).evaluations(model=model)
     frame = frame[frame["version"].notna()]

@@ -42,18 +42,10 @@ def gate(
     comparison); 2 not comparable or unusable input.
     """
     from evalsentry.gate import gate_week
-    from evalsentry.history import latest_week
-    from evalsentry.names import check_week
+    from evalsentry.weeks import check_week
 
     settings, history = _history(config)
-    if week is None:  # the latest of these results, else of any (to say what is missing)
-        week = latest_week(
-            history.evaluations(model=model, evalset=evalset, kind="scheduled")["week"]
-        ) or latest_week(history.evaluations(kind="scheduled")["week"])
-        if week is None:
-            raise UsageError(
-                f"{settings.store_url}: the history holds no weekly evaluation yet; run one first"
-            )
+    week = week or _latest_week(settings, history, model, evalset)
     report = gate_week(
         history,
         check_week(week),
@@ -132,6 +124,29 @@ def history_compact(config: ConfigOption = None) -> None:
         )
 
 
+def _latest_week(
+    settings: Any, history: Any, model: str | None = None, evalset: str | None = None
+) -> str:
+    """The latest week of these weekly results, else of any (so the gate can say what is missing)."""
+    from evalsentry.weeks import latest_week
+
+    week = latest_week(
+        history.evaluations(model=model, evalset=evalset, kind="scheduled")["week"]
+    ) or latest_week(history.evaluations(kind="scheduled")["week"])
+    if week is None:
+        raise UsageError(
+            f"{settings.store_url}: the history holds no weekly evaluation yet; run one first"
+        )
+    return week
+
+
+def _last_weeks(evaluations: Any, weeks: int) -> Any:
+    """The rows of the last ``weeks`` weeks that have any (ordered as dates, not as text)."""
+    from evalsentry.weeks import weeks_in_order
+
+    return evaluations[evaluations["week"].isin(weeks_in_order(evaluations["week"])[-weeks:])]
+
+
 @history_app.callback()
 def history(
     ctx: typer.Context,
@@ -149,11 +164,8 @@ def history(
     if output not in ("table", "csv", "json"):
         raise UsageError(f"--format: {output!r} is not table, csv or json")
     evaluations = store.evaluations(model=model, evalset=evalset)
-    if weeks is not None and not evaluations.empty:
-        from evalsentry.history import weeks_in_order
-
-        keep = weeks_in_order(evaluations["week"])[-weeks:]
-        evaluations = evaluations[evaluations["week"].isin(keep)]
+    if weeks is not None:
+        evaluations = _last_weeks(evaluations, weeks)
     metrics = store.metrics(evaluations["evaluation_id"]) if not evaluations.empty else None
     if metrics is None or metrics.empty:
         typer.echo("no results recorded yet", err=True)
@@ -184,11 +196,18 @@ def history(
     elif output == "json":
         typer.echo(joined.to_json(orient="records", indent=2))
     else:
+        shown = ["week", "kind", "model", "version", "stage", "evalset", "metric"]
         rows = [
-            [*(str(v) for v in r[:7]), f"{r[7]:.4f}", f"[{r[8]:.4f}, {r[9]:.4f}]", r[10], r[11]]
+            [
+                *(str(getattr(r, c)) for c in shown),
+                f"{r.value:.4f}",
+                f"[{r.ci_low:.4f}, {r.ci_high:.4f}]",
+                r.n,
+                r.status,
+            ]
             for r in joined.itertuples(index=False)
         ]
-        _print_table("History", [*columns[:8], "95% CI", "n", "status"], rows)
+        _print_table("History", [*shown, "value", "95% CI", "n", "status"], rows)
 
 
 @app.command()
@@ -221,10 +240,7 @@ def cost(
     if evaluations.empty:
         raise UsageError("the history holds no evaluation yet; nothing to bill")
     if weeks is not None:
-        from evalsentry.history import weeks_in_order
-
-        keep = weeks_in_order(evaluations["week"])[-weeks:]
-        evaluations = evaluations[evaluations["week"].isin(keep)]
+        evaluations = _last_weeks(evaluations, weeks)
     bill = ledger(evaluations, by)
     rows = [
         [
@@ -269,19 +285,16 @@ def report(
     config: ConfigOption = None,
 ) -> None:
     """Write one self-contained HTML report: trends, verdicts, slices, flips, drift, lineage, cost."""
+    from evalsentry.bill import lifetime
     from evalsentry.gate import gate_week
-    from evalsentry.history import latest_week
     from evalsentry.html_report import render_report
-    from evalsentry.names import check_week
     from evalsentry.storage import filesystem, join, write_atomic
+    from evalsentry.weeks import check_week
 
     settings, store = _history(config)
-    if week is None:
-        week = latest_week(store.evaluations(kind="scheduled")["week"])
-        if week is None:
-            raise UsageError(f"{settings.store_url}: the history holds no weekly evaluation yet")
+    week = week or _latest_week(settings, store)
     gated = gate_week(store, check_week(week), settings.gate, evalsets_dir=settings.evalsets_dir)
-    html = render_report(store, gated)
+    html = render_report(store, gated, bill=lifetime(store, settings))
     if out is not None:
         out.write_text(html, encoding="utf-8")
         target = str(out)
@@ -312,13 +325,7 @@ def baseline_show(
 ) -> None:
     """Show the baseline week of a model line (pinned, or the first recorded week)."""
     _, store = _history(config)
-    pinned = store.baseline_week(model)
-    if pinned:
-        typer.echo(f"{model}: baseline {pinned} (pinned)")
-        return
-    from evalsentry.history import weeks_in_order
-
-    weeks = weeks_in_order(store.evaluations(model=model, kind="scheduled")["week"])
-    if not weeks:
+    week, pinned = store.baseline(model, store.evaluations(model=model, kind="scheduled")["week"])
+    if week is None:
         raise UsageError(f"no evaluation of {model!r} is recorded yet")
-    typer.echo(f"{model}: baseline {weeks[0]} (first recorded week)")
+    typer.echo(f"{model}: baseline {week} ({'pinned' if pinned else 'first recorded week'})")

@@ -7,9 +7,7 @@ from typing import Annotated
 
 import typer
 
-from evalsentry.cli._app import (
-    app,
-)
+from evalsentry.cli._app import app
 from evalsentry.errors import EXIT_CHECK_FAILED
 
 
@@ -30,8 +28,8 @@ def run(
     Exit 0 when the flow run Completed, 1 when it Failed (a regression or an error), 2 when
     there is nothing to evaluate (an empty registry, a mistyped model) or the input is unusable.
     """
-    from evalsentry.names import check_week
     from evalsentry.orchestration import ensure_prefect_api, import_flow
+    from evalsentry.weeks import check_week
 
     if week is not None:
         check_week(week)
