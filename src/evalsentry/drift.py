@@ -105,6 +105,8 @@ def read_live(source: str, evalset: Evalset) -> np.ndarray:
     """
     import pyarrow.parquet as pq
 
+    from evalsentry.evalsets import inputs_array
+
     fs, path = filesystem(source)
     files = sorted(fs.glob(path)) if glob.has_magic(path) else [path]
     if not files or not all(fs.exists(f) for f in files):
@@ -114,19 +116,13 @@ def read_live(source: str, evalset: Evalset) -> np.ndarray:
         with fs.open(file, "rb") as handle:
             tables.append(pq.read_table(handle))
     table = pa.concat_tables(tables, promote_options="default")
-    spec = evalset.spec.inputs
     try:
-        if spec.column is not None:
-            values = (
-                table.column(spec.column).combine_chunks().flatten().to_numpy(zero_copy_only=False)
-            )
-            return np.asarray(values, dtype=np.float32).reshape(len(table), *spec.example_shape)
-        return np.stack([table.column(c).to_numpy() for c in spec.columns or []], axis=1).astype(
-            np.float32
-        )
-    except (KeyError, ValueError) as exc:
+        return inputs_array(table, evalset.spec.inputs, source)
+    except (KeyError, EvalsetError) as exc:
+        detail = str(exc).removeprefix(f"{source}: ")
         raise EvalsetError(
-            f"drift.live.{evalset.spec.name}: {source} does not match the evalset's inputs ({exc})"
+            f"drift.live.{evalset.spec.name}: {source} does not match the evalset's inputs "
+            f"({detail})"
         ) from None
 
 

@@ -420,7 +420,7 @@ def load_evalset(
     if verify:
         verify_files(folder, spec)
     table = read_table(folder, spec)
-    inputs = _inputs_array(table, spec.inputs, folder)
+    inputs = inputs_array(table, spec.inputs, join(folder, MANIFEST))
     target = table.column(spec.target).to_numpy()
     if spec.task == "classification":
         index: dict[Any, int] = {c: i for i, c in enumerate(spec.classes or [])}
@@ -439,12 +439,16 @@ def load_evalset(
     return Evalset(spec, folder, inputs, targets, ids, slices)
 
 
-def _inputs_array(table: pa.Table, inputs: InputsSpec, where: str) -> np.ndarray:
+def inputs_array(table: pa.Table, inputs: InputsSpec, where: str) -> np.ndarray:
+    """The model inputs of ``table`` as one array, as ``inputs`` declares them.
+
+    The one decoder, of evalsets and of live drift samples alike; ``where`` is the file errors name.
+    """
     if inputs.column is not None:
         array = table.column(inputs.column).combine_chunks()
         if not pa.types.is_fixed_size_list(array.type) or array.type.list_size != inputs.size:
             raise EvalsetError(
-                f"{join(where, MANIFEST)}: inputs: column {inputs.column!r} is {array.type}, but the "
+                f"{where}: inputs: column {inputs.column!r} is {array.type}, but the "
                 f"shape {inputs.shape} needs fixed_size_list<{inputs.dtype}>[{inputs.size}]"
             )
         flat: np.ndarray = array.flatten().to_numpy(zero_copy_only=array.null_count == 0)

@@ -20,6 +20,7 @@ from evalsentry.bill import PARTS, Lifetime, lifetime_table, weekly_parts
 from evalsentry.gate import GateReport, Reference, Verdict, align
 from evalsentry.history import History
 from evalsentry.report import counts_line
+from evalsentry.stats import flip_masks
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -166,10 +167,10 @@ def _flips(history: History, current: pd.Series, previous: pd.Series | None) -> 
     aligned = align(ref, cur) if cur is not None and ref is not None else None
     if aligned is None or cur is None or np.issubdtype(cur["prediction"].dtype, np.floating):
         return []  # not comparable, or a regression task: no right or wrong to flip
-    ref_ok = aligned["prediction"] == aligned["target"]
-    cur_ok = cur["prediction"] == cur["target"]
-    wrong = cur["example_id"][ref_ok & ~cur_ok]
-    right = cur["example_id"][~ref_ok & cur_ok]
+    newly_wrong, newly_right = flip_masks(
+        aligned["prediction"] == aligned["target"], cur["prediction"] == cur["target"]
+    )
+    wrong, right = cur["example_id"][newly_wrong], cur["example_id"][newly_right]
     return [
         len(wrong),
         ", ".join(map(str, wrong[:FLIP_IDS_SHOWN])),

@@ -64,13 +64,21 @@ def _as_bool_vector(values: ArrayLike, name: str) -> NDArray[np.bool_]:
     return array.astype(np.bool_)
 
 
-def flips(ref_correct: ArrayLike, cur_correct: ArrayLike) -> tuple[int, int]:
-    """``(newly_wrong, newly_right)``: examples only the reference, or only the current, got right."""
+def flip_masks(
+    ref_correct: ArrayLike, cur_correct: ArrayLike
+) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+    """Masks of the examples only the reference got right (newly wrong), and only the current."""
     ref = _as_bool_vector(ref_correct, "ref_correct")
     cur = _as_bool_vector(cur_correct, "cur_correct")
     if ref.shape != cur.shape:
         raise ValueError(f"Paired arrays differ in length: {ref.size} vs {cur.size}")
-    return int(np.count_nonzero(ref & ~cur)), int(np.count_nonzero(~ref & cur))
+    return ref & ~cur, ~ref & cur
+
+
+def flips(ref_correct: ArrayLike, cur_correct: ArrayLike) -> tuple[int, int]:
+    """``(newly_wrong, newly_right)``: examples only the reference, or only the current, got right."""
+    wrong, right = flip_masks(ref_correct, cur_correct)
+    return int(np.count_nonzero(wrong)), int(np.count_nonzero(right))
 
 
 def mcnemar_p(newly_wrong: ArrayLike, discordant: ArrayLike) -> NDArray[np.float64]:
