@@ -24,7 +24,7 @@ from evalsentry.errors import (
 from evalsentry.evalsets import Evalset, list_evalsets
 from evalsentry.flows.dask_cluster import dask_runner
 from evalsentry.flows.runs import RUN_ID_CHARS, fail, short_id
-from evalsentry.gate import Comparison, GateReport, Reference, Verdict
+from evalsentry.gate import Comparison, GateReport, Verdict
 from evalsentry.history import History
 from evalsentry.isolation import prestart
 from evalsentry.pipeline import (
@@ -89,21 +89,6 @@ def _verdict(report: GateReport, drifted: Sequence[DriftResult]) -> State:
         )
     failed: State = fail(headline, [c.describe() for c in report.problems] + drift)
     return failed
-
-
-def _not_evaluated(model: str, evalset: str, week: str, reason: str) -> Comparison:
-    """The ERROR of something this week could not evaluate at all (an invalid evalset, an unbound model)."""
-    return Comparison(
-        evaluation_id="",
-        week=week,
-        model=model,
-        version=None,
-        evalset=evalset,
-        reference=Reference.NONE,
-        metric="*",
-        verdict=Verdict.ERROR,
-        reason=reason,
-    )
 
 
 Job = tuple[Target, Evalset, dict[str, Any]]
@@ -210,7 +195,9 @@ def _validate_all(
             get_run_logger().error("evalset %s is invalid: %s", name, exc)
             validations[name] = {"success": False, "error": str(exc)}
             invalid.append(
-                _not_evaluated("*", name, week, f"evalset invalid, nothing evaluated: {exc}")
+                Comparison.not_evaluated(
+                    week, f"evalset invalid, nothing evaluated: {exc}", evalset=name
+                )
             )
             events.evalset_invalid(name, str(exc), week)
     return validations, invalid
@@ -298,7 +285,9 @@ def weekly_eval(
     if pairs and task_runner == "thread" and not fan_out:
         prestart()  # the evaluation process imports torch while the evalsets are validated
     validations, not_evaluated = _validate_all(names, settings.evalsets_dir, week)
-    not_evaluated += [_not_evaluated(model, "*", week, reason) for model, reason in unbound.items()]
+    not_evaluated += [
+        Comparison.not_evaluated(week, reason, model=model) for model, reason in unbound.items()
+    ]
     loaded = {
         name: load_evalset(name, settings.evalsets_dir)
         for name in names
@@ -333,7 +322,7 @@ def weekly_eval(
     )
     created = now_utc()
     write_comparisons(
-        settings.store_url, [c.row(run_id, created) for c in report.comparisons if c.evaluation_id]
+        settings.store_url, [c.row(run_id, created) for c in report.comparisons if c.recorded]
     )
     write_drift(settings.store_url, [d.row(run_id, week) for d in drifts])
     for result in drifts:

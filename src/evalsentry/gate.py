@@ -14,7 +14,6 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,7 +22,7 @@ from evalsentry.config import GatePolicy
 from evalsentry.errors import did_you_mean
 from evalsentry.history import History
 from evalsentry.metrics import OVERALL, metric_names, slice_columns, slice_masks
-from evalsentry.verdicts import SEVERITY, Comparison, GateReport, Verdict
+from evalsentry.verdicts import SEVERITY, Comparison, GateReport, Reference, Verdict
 from evalsentry.weeks import latest_week
 
 if TYPE_CHECKING:
@@ -46,15 +45,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class Reference(StrEnum):
-    """What a comparison is against; stored as its text in the history's ``reference`` column."""
-
-    PREVIOUS_WEEK = "previous-week"
-    BASELINE = "baseline"
-    PRODUCTION = "production"  # a candidate against the production checkpoint of its line
-    NONE = "none"  # a verdict on a whole evaluation: failed, nothing evaluated, first week
 
 
 ENVIRONMENT_FIELDS = (
@@ -393,17 +383,7 @@ def nothing_evaluated(
         if latest
         else "no weekly result is recorded yet"
     )
-    return Comparison(
-        evaluation_id="",
-        week=week,
-        model="*",
-        version=None,
-        evalset=evalset or "*",
-        reference=Reference.NONE,
-        metric="*",
-        verdict=Verdict.ERROR,
-        reason="; ".join([scope, *hints]),
-    )
+    return Comparison.not_evaluated(week, "; ".join([scope, *hints]), evalset=evalset or "*")
 
 
 def _baseline_marker(current: pd.Series) -> Comparison:

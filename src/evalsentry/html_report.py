@@ -17,10 +17,11 @@ import numpy as np
 
 from evalsentry import units
 from evalsentry.bill import PARTS, Lifetime, lifetime_table, weekly_parts
-from evalsentry.gate import GateReport, Reference, Verdict, align
+from evalsentry.gate import GateReport, Verdict, align
 from evalsentry.history import History
 from evalsentry.report import counts_line
 from evalsentry.stats import flip_masks
+from evalsentry.verdicts import Reference
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -12,7 +12,8 @@ from typing import Any
 
 from evalsentry import units
 from evalsentry.bill import Lifetime, lifetime_table
-from evalsentry.gate import SEVERITY, Comparison, GateReport, Reference, Verdict
+from evalsentry.gate import SEVERITY, Comparison, GateReport, Verdict
+from evalsentry.verdicts import Reference
 
 VERDICT_MARK = {
     Verdict.PASS: "✅ PASS",

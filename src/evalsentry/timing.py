@@ -23,8 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from evalsentry.gate import Reference
-from evalsentry.verdicts import Comparison, Verdict
+from evalsentry.verdicts import Comparison, Reference, Verdict
 from evalsentry.weeks import week_start
 
 if TYPE_CHECKING:

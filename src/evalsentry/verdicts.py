@@ -43,6 +43,15 @@ SEVERITY = {
 }
 
 
+class Reference(StrEnum):
+    """What a comparison is against; stored as its text in the history's ``reference`` column."""
+
+    PREVIOUS_WEEK = "previous-week"
+    BASELINE = "baseline"
+    PRODUCTION = "production"  # a candidate against the production checkpoint of its line
+    NONE = "none"  # a verdict on a whole evaluation: failed, nothing evaluated, first week
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One metric (or slice) of one evaluation against one reference."""
@@ -79,6 +88,33 @@ class Comparison:
     #: Regression metrics: newly wrong/right count examples whose absolute error grew/shrank by
     #: more than this; None for classification, where they count prediction flips.
     flip_delta: float | None = None
+
+    @classmethod
+    def not_evaluated(
+        cls, week: str, reason: str, *, model: str = "*", evalset: str = "*"
+    ) -> Comparison:
+        """The ERROR of what could not be evaluated at all, and why.
+
+        An invalid evalset (``model="*"``), a model line bound to nothing (``evalset="*"``), or
+        nothing evaluated (both). No evaluation stands behind it: it is reported, and never
+        recorded as a comparison (see :attr:`recorded`).
+        """
+        return cls(
+            evaluation_id="",
+            week=week,
+            model=model,
+            version=None,
+            evalset=evalset,
+            reference=Reference.NONE,
+            metric="*",
+            verdict=Verdict.ERROR,
+            reason=reason,
+        )
+
+    @property
+    def recorded(self) -> bool:
+        """Whether an evaluation stands behind it: only those are history rows."""
+        return bool(self.evaluation_id)
 
     def row(self, run_id: str, created_at: Any) -> dict[str, Any]:
         """The history row of this comparison."""
