@@ -4,8 +4,9 @@ Serving recurs forever, so a checkpoint that takes markedly longer per example i
 regression, and a regression is reported. One evaluation's throughput a week is a poor witness:
 the load on a shared host changes from week to week, and a 20% difference is noise as often as
 not. Paired timing runs both checkpoints in one process on the same examples, alternating which
-goes first (ABBA), round after round, after a warm-up each; each round's ratio cancels the load
-both saw. A slowdown is a WARN only when the median ratio passes ``cost.slowdown_warn`` and all
+goes first (ABBA), round after round, after a warm-up each. A round repeats its pass over the
+examples for about 50 ms and keeps the fastest pass, since another process can only add time;
+each round's ratio then cancels what load is left. A slowdown is a WARN only when the median ratio passes ``cost.slowdown_warn`` and all
 rounds but one are slower by at least half of it: one unlucky round cannot raise it, nor one
 lucky round hide it.
 
@@ -38,7 +39,8 @@ log = logging.getLogger(__name__)
 
 ROUNDS = 7
 EXAMPLES = 2048
-#: A round repeats its pass over the examples until it lasts about this long.
+#: A round repeats its pass over the examples until it lasts about this long, and keeps the
+#: fastest pass.
 MIN_ROUND_S = 0.05
 MAX_PASSES = 1000
 #: The comparison's metric: its values are microseconds per example, slower is worse.
@@ -47,11 +49,11 @@ METRIC = "microseconds_per_example"
 
 @dataclass(frozen=True)
 class PairedTiming:
-    """Seconds each checkpoint took over the same examples, one entry per round."""
+    """Seconds each checkpoint took over the same examples: its fastest pass in each round."""
 
-    reference_s: list[float]
+    reference_s: list[float]  # per round, the fastest of its passes over the examples
     current_s: list[float]
-    examples: int  # per round: the examples times the passes over them
+    examples: int  # per pass
     device: str
 
     @property
@@ -103,8 +105,7 @@ def time_pair(
             torch.cuda.synchronize(target)
         return time.perf_counter() - start
 
-    # Warm-up (allocator, kernels, caches), and how many passes make a round long enough that
-    # the clock's and the scheduler's jitter stay small against it.
+    # Warm-up (allocator, kernels, caches), and how many passes make a round last MIN_ROUND_S.
     for model in models:
         once(model)
     fastest = min(once(model) for model in models)
@@ -112,8 +113,9 @@ def time_pair(
     seconds: tuple[list[float], list[float]] = ([], [])
     for round_ in range(rounds):
         for which in (0, 1) if round_ % 2 == 0 else (1, 0):
-            seconds[which].append(sum(once(models[which]) for _ in range(passes)))
-    return PairedTiming(seconds[0], seconds[1], len(sample) * passes, str(target))
+            # The fastest pass: another process can only add time to a pass, never take it away.
+            seconds[which].append(min(once(models[which]) for _ in range(passes)))
+    return PairedTiming(seconds[0], seconds[1], len(sample), str(target))
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,7 @@ def slowdown_comparison(
     measured = (
         f"{timing.ratio:.2f}x the time per example of v{previous['version']} on {timing.device} "
         f"({_microseconds(now)} vs {_microseconds(before)}; median of {len(timing.ratios)} paired "
-        f"rounds of {timing.examples:,} predictions, {slower} slower by over "
+        f"rounds over {timing.examples:,} examples, {slower} slower by over "
         f"{threshold / 2:.0%})"
     )
     return Comparison(
