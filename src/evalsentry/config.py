@@ -54,6 +54,10 @@ _KEY_KINDS: dict[type, str] = {
 }
 
 
+#: Random paired swaps (sign flips) behind the gate's non-count tests: ``gate.bootstrap_resamples``.
+DEFAULT_SWAPS = 2000
+
+
 class Tolerance(BaseModel):
     """How far a metric may drop before the gate calls it a regression.
 
@@ -98,7 +102,7 @@ class GatePolicy(BaseModel):
     )
     slices: Literal["gate", "report"] = "report"
     bootstrap_resamples: int = Field(
-        2000,
+        DEFAULT_SWAPS,
         ge=100,
         description="random paired swaps (sign flips) behind the tests of non-count metrics "
         "and the family correction",

@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from evalsentry.config import DEFAULT_SWAPS
 from evalsentry.metrics import Metric
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
 Columns = Mapping[str, NDArray[Any]]
 
-DEFAULT_SWAPS = 2000
 # Swaps are drawn in blocks of about this many (swap, example) cells: 8 MB whatever n is.
 _BLOCK_CELLS = 1 << 20
 # Moved examples x term columns up to this many cells (32 MB) form a dense matrix.
