@@ -107,6 +107,29 @@ def test_run_refuses_before_any_server_when_no_model_is_bound(
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.parquet"))
 
 
+@pytest.mark.parametrize(
+    ("evalset", "says"),
+    [
+        ("narrow", "no registered model is bound to 'narrow'; bind one under models:"),
+        ("wid", "--evalset 'wid': no such evalset under"),
+    ],
+)
+def test_run_refuses_an_evalset_nothing_would_run_on(
+    tmp_path: Path,
+    train_data: Path,
+    capsys: pytest.CaptureFixture[str],
+    evalset: str,
+    says: str,
+) -> None:
+    """--evalset naming one no model is bound to, or none at all: exit 2 before any server."""
+    both_on_wide = "models:\n  narrow: {evalsets: [wide]}\n  wide: {evalsets: [wide]}\n"
+    config = estate(tmp_path, both_on_wide, train_data=train_data)
+    assert main(["run", "--config", str(config), "--evalset", evalset]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert says in line
+    assert evalset != "wid" or "Did you mean 'wide'?" in line
+
+
 def test_run_refuses_a_binding_to_a_missing_evalset(
     tmp_path: Path, train_data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -56,10 +56,11 @@ def _something_to_evaluate(
     """Refuse, before any Prefect server starts, a run that could record nothing.
 
     A store that cannot be written, no checkpoint to evaluate (an empty registry, a mistyped
-    model), a binding to a missing evalset, or no checkpoint bound to any evalset of the run.
+    model), a binding to a missing evalset, an unknown ``--evalset``, or no checkpoint bound to
+    any evalset of the run.
     """
     from evalsentry.config import load_config
-    from evalsentry.errors import NothingToEvaluate
+    from evalsentry.errors import NothingToEvaluate, UsageError, did_you_mean
     from evalsentry.evalsets import list_evalsets
     from evalsentry.history import History
     from evalsentry.pipeline import WEEKLY_STAGES, check_bindings, pair_targets, resolve_targets
@@ -70,9 +71,20 @@ def _something_to_evaluate(
     targets = resolve_targets(Registry(settings.registry_url), models, WEEKLY_STAGES)
     available = list_evalsets(settings.evalsets_dir)
     check_bindings(settings, available)
+    for name in evalsets or ():
+        if name not in available:
+            raise UsageError(
+                f"--evalset {name!r}: no such evalset under {settings.evalsets_dir}."
+                f"{did_you_mean(name, available)}"
+            )
     pairs, unbound = pair_targets(targets, settings, available, evalsets)
-    if not pairs and unbound:
-        raise NothingToEvaluate(next(iter(unbound.values())))
+    if not pairs:
+        raise NothingToEvaluate(
+            next(iter(unbound.values()))
+            if unbound
+            else f"no registered model is bound to {', '.join(map(repr, evalsets or ()))}; "
+            "bind one under models: in evalsentry.yaml"
+        )
 
 
 @app.command()
