@@ -141,6 +141,21 @@ class TestTrackTraining:
         assert run.wall_s > 0
 
 
+def save(
+    folder: Path, train_data: Path, training: Any, model: torch.nn.Module | None = None
+) -> Path:
+    """A tiny checkpoint in ``folder`` with ``training=training``."""
+    return save_checkpoint(
+        model or TinyNet(),
+        folder / "m.pt",
+        metrics={},
+        config={},
+        seed=0,
+        data=train_data,
+        training=training,
+    )
+
+
 class TestSaveCheckpoint:
     def test_the_run_is_recorded_in_the_lineage_and_survives_registration(
         self, tmp_path: Path, pinned_git: str, train_data: Path
@@ -150,9 +165,7 @@ class TestSaveCheckpoint:
             "cpu", rates=RATES, use_codecarbon=False, clock=fake_clock(0.0, 60.0)
         ) as run:
             model = TinyNet()
-        path = save_checkpoint(
-            model, tmp_path / "m.pt", metrics={}, config={}, seed=0, data=train_data, training=run
-        )
+        path = save(tmp_path, train_data, run, model)
         recorded = read_payload(path)["lineage"]["training_cost"]
         assert recorded == run.as_lineage()
         assert list(recorded) == list(TRAINING_COST_FIELDS)
@@ -173,15 +186,7 @@ class TestSaveCheckpoint:
     def test_a_mapping_is_accepted(self, tmp_path: Path, pinned_git: str, train_data: Path) -> None:
         """Training measured elsewhere can be recorded as a mapping of the same fields."""
         record = finished_run(wall_s=3600)  # an int is a number too
-        path = save_checkpoint(
-            TinyNet(),
-            tmp_path / "m.pt",
-            metrics={},
-            config={},
-            seed=0,
-            data=train_data,
-            training=record,
-        )
+        path = save(tmp_path, train_data, record)
         assert read_payload(path)["lineage"]["training_cost"] == finished_run()
 
     @pytest.mark.parametrize(
@@ -207,15 +212,7 @@ class TestSaveCheckpoint:
     ) -> None:
         """Negative, non-finite, mistyped, missing or unknown fields are refused; nothing is written."""
         with pytest.raises(BadTrainingCost) as caught:
-            save_checkpoint(
-                TinyNet(),
-                tmp_path / "m.pt",
-                metrics={},
-                config={},
-                seed=0,
-                data=train_data,
-                training=training,
-            )
+            save(tmp_path, train_data, training)
         message = str(caught.value)
         assert "\n" not in message
         assert message.startswith(f"training_cost.{field}: ")
@@ -231,15 +228,7 @@ class TestSaveCheckpoint:
             pytest.raises(BadTrainingCost, match="after its with block"),
             track_training("cpu", rates=RATES, use_codecarbon=False) as run,
         ):
-            save_checkpoint(
-                TinyNet(),
-                tmp_path / "m.pt",
-                metrics={},
-                config={},
-                seed=0,
-                data=train_data,
-                training=run,
-            )
+            save(tmp_path, train_data, run)
 
     def test_a_run_built_by_hand_is_checked_like_a_mapping(
         self, tmp_path: Path, pinned_git: str, train_data: Path
@@ -247,12 +236,4 @@ class TestSaveCheckpoint:
         """A ``TrainingRun`` constructed directly is held to the same checks."""
         run = TrainingRun(**finished_run(energy_kwh=-1.0), closed=True)
         with pytest.raises(BadTrainingCost, match=r"^training_cost\.energy_kwh: -1\.0 "):
-            save_checkpoint(
-                TinyNet(),
-                tmp_path / "m.pt",
-                metrics={},
-                config={},
-                seed=0,
-                data=train_data,
-                training=run,
-            )
+            save(tmp_path, train_data, run)
