@@ -10,11 +10,10 @@ ratio is of the medians. Peak RSS comes from ``os.wait4``, the child's own rusag
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
+import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from evalsentry.history import History
@@ -23,24 +22,44 @@ from tests.synthetic import accuracy_mask, record_week
 BASELINE = [sys.executable, "-c", "import pandas, pyarrow.parquet"]
 
 
+#: A small Python that starts the command and reports its peak RSS. The command is not forked
+#: from the benchmark itself: a forked child's peak RSS starts at its parent's, which here holds
+#: torch and pandas (hundreds of MiB).
+_LAUNCHER = """
+import os, sys, time
+start = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(time.perf_counter() - start, usage.ru_maxrss)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def timed(
     command: list[str], cwd: str | None = None, env: dict[str, str] | None = None
 ) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one child process (in ``env``); it must succeed."""
-    start = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:  # the child: a fresh process, so its rusage is its own
-        if cwd:
-            os.chdir(cwd)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
-        os.execve(command[0], command, env if env is not None else os.environ)
-    _, status, usage = os.wait4(pid, 0)
-    elapsed = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{command} failed with {os.waitstatus_to_exitcode(status)}")
-    return elapsed, usage.ru_maxrss / 1024  # KiB on Linux
+    """Wall seconds and peak RSS (MiB) of one run of ``command`` (in ``env``); it must succeed.
+
+    Both are the command's own, timed from its fork in the launcher; the peak is the largest
+    single process of its tree (Linux counts reaped children in it).
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER, *command],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{command} failed with {done.returncode}")
+    elapsed, peak_kib = done.stdout.split()[-2:]
+    return float(elapsed), int(peak_kib) / 1024
 
 
 def alternate(commands: dict[str, list[str]], rounds: int, cwd: str) -> dict[str, list[float]]:
