@@ -446,10 +446,13 @@ def _checkout() -> _Child:
 
 
 def prestart() -> None:
-    """Start a child now, to import torch while the caller does other work (verifying, validating).
+    """Have a child ready: start one now, to import torch while the caller does other work.
 
-    The next evaluation takes it like any idle child.
+    The next evaluation takes it like any idle child. Where one is idle already, nothing starts.
     """
+    with _LOCK:
+        if any(child.usable() for child in _IDLE):
+            return
     _checkin(_Child())
 
 

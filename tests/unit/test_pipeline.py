@@ -18,7 +18,7 @@ from evalsentry.cost import CostMeter, Measurement, cost_fields
 from evalsentry.evalsets import load_evalset
 from evalsentry.history import History
 from evalsentry.inference import evaluate
-from evalsentry.isolation import idle_pids, shutdown
+from evalsentry.isolation import idle_pids, prestart, shutdown
 from evalsentry.pipeline import Outcome, Target, evaluate_checkpoint, new_run_id, record
 from evalsentry.storage import sha256_file
 from tests.models import (
@@ -262,6 +262,17 @@ class TestIsolation:
         assert idle_pids() == first and len(first) == 1
         run_one(save_model(RaisingNet, tmp_path / "r.pt", train_data), toy_evalset, tmp_path)
         assert first[0] not in idle_pids()
+
+    def test_a_prestarted_child_serves_the_next_evaluation(
+        self, toy_evalset: Path, toy_checkpoints: dict[str, Path], tmp_path: Path
+    ) -> None:
+        """prestart starts one child, once: a second call while it is idle starts none."""
+        shutdown()
+        prestart()
+        prestart()
+        (ready,) = idle_pids()
+        run_one(toy_checkpoints["good"], toy_evalset, tmp_path)
+        assert idle_pids() == [ready]
 
     def test_progress_and_log_records_of_the_child_reach_the_caller(
         self,
