@@ -21,6 +21,7 @@ and named in the notes: money is never added across currencies.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -175,17 +176,15 @@ def _training_rows(
                 "left out of the bill"
             )
             continue
-        ended = datetime.fromisoformat(str(run["ended_at"]))
-        rows.append(
-            {
-                "model": entry.model,
-                "week": iso_week(ended),
-                "part": "training",
-                "cost": float(run["cost"]),
-                "energy_kwh": float(run["energy_kwh"]),
-                "co2_kg": float(run["co2_kg"]),
-            }
-        )
+        try:  # a lineage written by other code (register --lineage) may hold anything
+            week = iso_week(datetime.fromisoformat(str(run["ended_at"])))
+            amounts = {key: float(run[key]) for key in ("cost", "energy_kwh", "co2_kg")}
+            if not all(math.isfinite(v) and v >= 0 for v in amounts.values()):
+                raise ValueError("an amount is negative or not finite")
+        except (KeyError, TypeError, ValueError) as exc:
+            notes.append(f"{entry.ref}: training_cost unreadable ({exc}); left out of the bill")
+            continue
+        rows.append({"model": entry.model, "week": week, "part": "training", **amounts})
     return rows
 
 

@@ -73,7 +73,12 @@ def project(tmp_path: Path) -> Config:
             currency="USD",
         )
     registry = tmp_path / "registry"
-    for entry in (_entry(1, TRAINING), _entry(2, {**TRAINING, "currency": "EUR"})):
+    entries = (
+        _entry(1, TRAINING),
+        _entry(2, {**TRAINING, "currency": "EUR"}),
+        _entry(3, {**TRAINING, "cost": "a lot"}),  # lineage written by other code
+    )
+    for entry in entries:
         folder = registry / entry.model
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"v{entry.version:06d}.json").write_text(entry.model_dump_json())
@@ -106,7 +111,7 @@ def project(tmp_path: Path) -> Config:
 
 
 def _bill(config: Config) -> Lifetime:
-    assert len(Registry(config.registry_url).list()) == 2  # the registry reads the fixture's files
+    assert len(Registry(config.registry_url).list()) == 3  # the registry reads the fixture's files
     return lifetime(History(config.store_url), config)
 
 
@@ -117,6 +122,7 @@ def test_each_part_comes_from_its_source(project: Config) -> None:
     per_prediction = PER_DEVICE_HOUR / (EXAMPLES_PER_S * 3600)
     assert line.parts["training"] == pytest.approx(4.0)  # the EUR run is left out...
     assert any("m@v2" in note and "EUR" in note for note in bill.notes)  # ...and says so
+    assert any(note.startswith("m@v3: training_cost unreadable (") for note in bill.notes)
     assert line.parts["evaluation"] == pytest.approx(3 * 1.5)
     assert line.parts["serving"] == pytest.approx(3 * 7 * REQUESTS_PER_DAY * per_prediction)
     assert line.parts["declared"] == pytest.approx(3 * 30.0)
