@@ -136,6 +136,7 @@ def serving_rates(evaluations: pd.DataFrame, rates: CostRates) -> pd.DataFrame:
         & (evaluations["stage"] == "production")
         & (evaluations["examples_per_s"].fillna(0) > 0)
         & (evaluations["n_examples"].fillna(0) > 0)
+        & evaluations["week"].isin(weeks_in_order(evaluations["week"]))  # valid weeks only
     ]
     device = rows["device"].fillna("cpu")
     hourly = device.map(lambda d: rates.per_device_hour.get(str(d), 0.0)).astype(float)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from evalsentry.verdicts import Comparison, Reference, Verdict
-from evalsentry.weeks import week_start
+from evalsentry.weeks import week_start, weeks_in_order
 
 if TYPE_CHECKING:
     import torch
@@ -147,8 +147,9 @@ def slowdown_pairs(outcomes: Sequence[Outcome], history: History, week: str) -> 
         earlier = earlier[
             (earlier["status"] == "ok")
             & (earlier["stage"] == "production")
-            & (earlier["week"].map(week_start) < week_start(week))
+            & earlier["week"].isin(weeks_in_order(earlier["week"]))  # valid weeks only
         ]
+        earlier = earlier[earlier["week"].map(week_start) < week_start(week)]
         if earlier.empty:
             continue
         previous = earlier.loc[earlier["week"].map(week_start).idxmax()]
