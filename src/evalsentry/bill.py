@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +57,6 @@ class LineBill:
     requests_per_day: float | None = None
     serving_per_month: float | None = None
     cost_per_million: float | None = None
-    notes: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> float:
@@ -115,8 +114,10 @@ def lifetime(history: History, config: Config) -> Lifetime:
     from evalsentry.registry import Registry
 
     evaluations = history.evaluations()
-    rows, notes = lifetime_bill(evaluations, Registry(config.registry_url).list(), config)
-    return Lifetime(rows, line_bills(rows, evaluations, config, notes), notes)
+    rates = serving_rates(evaluations, config.cost)
+    entries = Registry(config.registry_url).list()
+    rows, notes = lifetime_bill(evaluations, entries, config, rates)
+    return Lifetime(rows, line_bills(rows, config, rates), notes)
 
 
 def serving_rates(evaluations: pd.DataFrame, rates: CostRates) -> pd.DataFrame:
@@ -200,7 +201,10 @@ def _weeks_between(first: str, last: str) -> list[str]:
 
 
 def lifetime_bill(
-    evaluations: pd.DataFrame, entries: Sequence[RegistryEntry], config: Config
+    evaluations: pd.DataFrame,
+    entries: Sequence[RegistryEntry],
+    config: Config,
+    rates_per_prediction: pd.DataFrame,
 ) -> tuple[pd.DataFrame, list[str]]:
     """The bill as rows of (model, week, part, cost, energy_kwh, co2_kg), and notes.
 
@@ -216,7 +220,7 @@ def lifetime_bill(
             ["cost", "energy_kwh", "co2_kg"]
         ].sum()
         rows += [{**r, "part": "evaluation"} for r in spent.to_dict("records")]
-    for r in serving_rates(evaluations, rates).to_dict("records"):
+    for r in rates_per_prediction.to_dict("records"):
         traffic = config.traffic.get(r["model"])
         if traffic is None:
             continue
@@ -255,11 +259,11 @@ def lifetime_bill(
     return bill, notes
 
 
-def line_bills(
-    bill: pd.DataFrame, evaluations: pd.DataFrame, config: Config, notes: Sequence[str] = ()
-) -> list[LineBill]:
-    """Each model line's bill to date by part, with its serving forecast per month."""
-    rates = serving_rates(evaluations, config.cost)
+def line_bills(bill: pd.DataFrame, config: Config, rates: pd.DataFrame) -> list[LineBill]:
+    """Each model line's bill to date by part, with its serving forecast per month.
+
+    ``rates`` are :func:`serving_rates`: the newest week's is the forecast's cost per prediction.
+    """
     lines = []
     for model in sorted(set(bill["model"]), key=lambda m: (m == SHARED, m)):
         own = bill[bill["model"] == model]
@@ -287,7 +291,6 @@ def line_bills(
                     else None
                 ),
                 cost_per_million=per_prediction * 1e6 if per_prediction is not None else None,
-                notes=[n for n in notes if n.startswith(f"{model}@") or f"{model!r}" in n],
             )
         )
     return lines

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from evalsentry.config import Config
     from evalsentry.evalsets import Evalset
     from evalsentry.history import History
-    from evalsentry.pipeline import Outcome
+    from evalsentry.pipeline import Outcome, Target
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +232,7 @@ def check_slowdowns(
     not made, and that is said, not hidden.
     """
     from evalsentry.errors import RegistryError
-    from evalsentry.isolation import failure_reason, load_arguments, time_isolated
+    from evalsentry.isolation import failure_reason, time_isolated
     from evalsentry.pipeline import Target
     from evalsentry.registry import Registry
 
@@ -247,18 +247,12 @@ def check_slowdowns(
             log.info("%s: not timed against its previous version: %s", row["model"], exc)
             continue
 
-        def load(target: Target) -> dict[str, Any]:
-            pinned = target.pinned_model
-            return load_arguments(
-                config.trust, target.sha256, pinned.get("factory"), pinned.get("kwargs")
-            )
-
         try:
             answer = time_isolated(
                 current.uri,
-                load(current),
+                _load_arguments(current, config),
                 reference.uri,
-                load(reference),
+                _load_arguments(reference, config),
                 evalsets[row["evalset"]],
                 device=device,
                 timeout_s=config.inference_timeout_s,
@@ -272,3 +266,11 @@ def check_slowdowns(
             continue
         found.append(slowdown_comparison(pair, answer.result, config.cost.slowdown_warn))
     return found
+
+
+def _load_arguments(target: Target, config: Config) -> dict[str, Any]:
+    """What the child may load ``target`` with: the trust, and the hash and factory pinned."""
+    from evalsentry.isolation import load_arguments
+
+    pinned = target.pinned_model
+    return load_arguments(config.trust, target.sha256, pinned.get("factory"), pinned.get("kwargs"))

@@ -134,6 +134,7 @@ class TestWeeklyEval:
             "weekly-eval-report",
             "weekly-eval-metrics",
             "weekly-eval-report-file",
+            "weekly-eval-lifetime-bill",
             "progress",
         } <= set(artifacts)
         assert {a.data for a in artifacts["progress"]} == {100.0}
