@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 from datetime import date, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -22,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from evalsentry.errors import ConfigError
+from evalsentry.errors import ConfigError, did_you_mean
 from evalsentry.trust import DEFAULT_MAX_CHECKPOINT_BYTES, TRUSTED_ENTRY, Trust
 
 CONFIG_FILE = "evalsentry.yaml"
@@ -131,12 +132,41 @@ class GatePolicy(BaseModel):
         return self.metrics.get(metric, self.default)
 
 
+def _known_row_summaries(names: list[str]) -> list[str]:
+    """``names`` when each is a row summary drift.py offers, listed once."""
+    # The summaries are defined, and so named, in drift.py alone; imported late because
+    # drift.py imports this module.
+    from evalsentry.drift import DEFAULT_ROW_SUMMARIES, ROW_SUMMARIES
+
+    known = list(ROW_SUMMARIES)
+    if not names:
+        raise ValueError(
+            f"no features listed; list some of {', '.join(known)}, or remove the entry for the "
+            f"default ({', '.join(DEFAULT_ROW_SUMMARIES)})"
+        )
+    for name in names:
+        if name not in ROW_SUMMARIES:
+            raise ValueError(
+                f"unknown feature {name!r}; choose from {', '.join(known)}."
+                f"{did_you_mean(name, known)}"
+            )
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:
+        raise ValueError(f"{twice!r} is listed twice; list each feature once")
+    return names
+
+
 class DriftPolicy(BaseModel):
-    """Live-data drift: where each evalset's recent production inputs are, and thresholds."""
+    """Live-data drift: each evalset's recent production inputs, its features, and thresholds."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     live: dict[str, str] = Field(
         default_factory=dict, description="evalset name -> Parquet path, glob or fsspec URL"
+    )
+    features: dict[str, Annotated[list[str], AfterValidator(_known_row_summaries)]] = Field(
+        default_factory=dict,
+        description="tensor evalset name -> the per-row summaries its drift is measured on "
+        "(names in evalsentry.drift.ROW_SUMMARIES); unlisted: drift.DEFAULT_ROW_SUMMARIES",
     )
     psi_warn: float = Field(0.1, ge=0)
     psi_fail: float = Field(0.25, ge=0)

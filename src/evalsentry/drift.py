@@ -1,8 +1,9 @@
 """Drift of live production inputs against the frozen evalset, and of the predictions on them.
 
 A frozen evalset catches regressions of the model and its environment; it cannot see the
-world changing. For each input feature (for a tensor input: per-row summary statistics) the
-live sample is compared with the frozen rows by population stability index and a two-sample
+world changing. For each input feature (a tabular evalset's columns; for a tensor input, the
+per-row summaries ``drift.features`` names, else ``DEFAULT_ROW_SUMMARIES``) the live sample is
+compared with the frozen rows by population stability index and a two-sample
 Kolmogorov-Smirnov test, Benjamini-Hochberg corrected across features; for each production
 checkpoint, the distribution of predicted classes on live data is compared with the one on the
 frozen set (PSI and a chi-square test).
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,28 @@ log = logging.getLogger(__name__)
 PSI_BINS = 10
 KS_EXACT_BELOW = 50
 PSI_FLOOR = 1e-4  # keeps empty bins from making the index infinite
+
+
+def _share_above_half_max(rows: np.ndarray, scale: float) -> np.ndarray:
+    """Share of each row's values above half of ``scale`` (all zero when ``scale`` is not > 0)."""
+    if scale <= 0:
+        return np.zeros(len(rows))
+    return np.asarray((rows > 0.5 * scale).mean(axis=1))
+
+
+#: The per-row summaries a tensor input's drift can be measured on, by the name
+#: ``drift.features`` uses. Each takes the rows (one flattened example a row) and the
+#: evalset's largest value.
+ROW_SUMMARIES: Mapping[str, Callable[[np.ndarray, float], np.ndarray]] = {
+    "mean": lambda rows, _: rows.mean(axis=1),
+    "std": lambda rows, _: rows.std(axis=1),
+    "min": lambda rows, _: rows.min(axis=1),
+    "max": lambda rows, _: rows.max(axis=1),
+    "share_above_half_max": _share_above_half_max,
+}
+#: The summaries of a tensor evalset ``drift.features`` does not list: meaningful for any
+#: values, where a share above a threshold assumes non-negative intensities such as pixels.
+DEFAULT_ROW_SUMMARIES: tuple[str, ...] = ("mean", "std", "min", "max")
 
 
 @dataclass(frozen=True)
@@ -82,19 +106,47 @@ def class_psi(reference: np.ndarray, live: np.ndarray, classes: int) -> float:
     return float(np.sum((actual - expected) * np.log(actual / expected)))
 
 
-def feature_table(inputs: np.ndarray, names: list[str] | None) -> dict[str, np.ndarray]:
-    """Named scalar features: the columns themselves, or per-row summaries of a tensor."""
+def feature_table(
+    inputs: np.ndarray,
+    columns: list[str] | None,
+    summaries: Sequence[str] = DEFAULT_ROW_SUMMARIES,
+    *,
+    scale: float | None = None,
+) -> dict[str, np.ndarray]:
+    """Named scalar features: the columns themselves, or the named per-row summaries of a tensor.
+
+    Args:
+        inputs: the examples, one a row.
+        columns: the evalset's input columns; None for a tensor input.
+        summaries: names in ``ROW_SUMMARIES``, for a tensor input.
+        scale: the evalset's largest value, the reference of ``share_above_half_max``; None
+            takes the largest of ``inputs``.
+    """
     flat = inputs.reshape(len(inputs), -1).astype(np.float64)
-    if names is not None:
-        return {name: flat[:, i] for i, name in enumerate(names)}
-    top = flat.max() if flat.size else 1.0
-    return {
-        "mean": flat.mean(axis=1),
-        "std": flat.std(axis=1),
-        "min": flat.min(axis=1),
-        "max": flat.max(axis=1),
-        "ink_fraction": (flat > 0.5 * top).mean(axis=1) if top > 0 else np.zeros(len(flat)),
-    }
+    if columns is not None:
+        return {name: flat[:, i] for i, name in enumerate(columns)}
+    if scale is None:
+        scale = float(flat.max()) if flat.size else 1.0
+    return {name: ROW_SUMMARIES[name](flat, scale) for name in summaries}
+
+
+def row_summaries(evalset: Evalset, policy: DriftPolicy) -> tuple[str, ...]:
+    """The per-row summaries a tensor evalset's drift is measured on.
+
+    Its ``drift.features`` entry, else ``DEFAULT_ROW_SUMMARIES``.
+
+    Raises:
+        EvalsetError: the entry names features of an evalset with named input columns, whose
+            features are its columns.
+    """
+    name, columns = evalset.spec.name, evalset.spec.inputs.columns
+    listed = policy.features.get(name)
+    if listed is not None and columns is not None:
+        raise EvalsetError(
+            f"drift.features.{name}: {name} has named input columns ({', '.join(columns)}), "
+            f"which are its drift features; remove drift.features.{name}"
+        )
+    return tuple(listed) if listed is not None else DEFAULT_ROW_SUMMARIES
 
 
 def read_live(source: str, evalset: Evalset) -> np.ndarray:
@@ -127,12 +179,18 @@ def read_live(source: str, evalset: Evalset) -> np.ndarray:
 
 
 def input_drift(evalset: Evalset, live: np.ndarray, policy: DriftPolicy) -> list[DriftResult]:
-    """PSI and KS per input feature, Benjamini-Hochberg corrected."""
+    """PSI and KS per input feature, Benjamini-Hochberg corrected.
+
+    Raises:
+        EvalsetError: ``drift.features`` lists the evalset but its inputs are named columns.
+    """
     from scipy.stats import false_discovery_control, ks_2samp
 
-    names = evalset.spec.inputs.columns
-    reference = feature_table(evalset.inputs, names)
-    current = feature_table(live, names)
+    names, summaries = evalset.spec.inputs.columns, row_summaries(evalset, policy)
+    # One threshold for both samples: a live sample's own maximum would hide a change of scale.
+    scale = float(evalset.inputs.max()) if evalset.inputs.size else 1.0
+    reference = feature_table(evalset.inputs, names, summaries, scale=scale)
+    current = feature_table(live, names, summaries, scale=scale)
     # The asymptotic distribution is accurate at these sample sizes; scipy's exact method fails
     # (and warns) on large samples with ties.
     method = "asymp" if min(len(live), len(evalset.inputs)) >= KS_EXACT_BELOW else "auto"

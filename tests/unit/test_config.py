@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from evalsentry.cli import main
 from evalsentry.config import Tolerance, load_config
 from evalsentry.errors import ConfigError
 
@@ -156,3 +157,57 @@ class TestTolerance:
     def test_relative(self) -> None:
         """A relative tolerance scales with the reference value."""
         assert Tolerance(max_drop="5%").allowed_drop(0.8) == pytest.approx(0.04)
+
+
+class TestDriftFeatures:
+    def test_features_are_read_per_evalset(self, tmp_path: Path) -> None:
+        """drift.features maps an evalset to the row summaries it lists, in order."""
+        file = tmp_path / "evalsentry.yaml"
+        file.write_text("drift:\n  features:\n    digits: [max, share_above_half_max]\n")
+        assert load_config(file).drift.features == {"digits": ["max", "share_above_half_max"]}
+
+    def test_an_unknown_feature_is_refused_with_a_suggestion(self, tmp_path: Path) -> None:
+        """A misspelt summary is one line naming the file, the field, the choices and the fix."""
+        file = tmp_path / "evalsentry.yaml"
+        file.write_text("drift:\n  features:\n    digits: [mean, meen]\n")
+        with pytest.raises(ConfigError) as caught:
+            load_config(file)
+        assert str(caught.value) == (
+            f"{file}: drift.features.digits: unknown feature 'meen'; choose from mean, std, min, "
+            "max, share_above_half_max. Did you mean 'mean'?"
+        )
+
+    def test_the_refusal_exits_2_through_the_cli(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The CLI turns an unknown feature into exit 2 and the one line on stderr."""
+        file = tmp_path / "evalsentry.yaml"
+        file.write_text("drift:\n  features:\n    digits: [ink_fraction]\n")
+        assert main(["evalset", "list", "--config", str(file)]) == 2
+        err = capsys.readouterr().err
+        assert "drift.features.digits: unknown feature 'ink_fraction'" in err
+        assert "Traceback" not in err
+
+    @pytest.mark.parametrize(
+        ("listed", "problem"),
+        [("[]", "no features listed"), ("[std, std]", "'std' is listed twice")],
+    )
+    def test_an_empty_or_repeated_list_is_refused(
+        self, tmp_path: Path, listed: str, problem: str
+    ) -> None:
+        """An entry must name at least one summary, each once."""
+        file = tmp_path / "evalsentry.yaml"
+        file.write_text(f"drift:\n  features:\n    digits: {listed}\n")
+        with pytest.raises(ConfigError, match=rf"drift\.features\.digits: {problem}"):
+            load_config(file)
+
+    def test_the_project_config_keeps_the_digits_features(self) -> None:
+        """The shipped evalsentry.yaml declares the digits evalset's five row summaries."""
+        config = load_config(Path(__file__).parents[2] / "evalsentry.yaml")
+        assert config.drift.features["digits"] == [
+            "mean",
+            "std",
+            "min",
+            "max",
+            "share_above_half_max",
+        ]

@@ -12,16 +12,38 @@ from scipy.stats import chi2_contingency, false_discovery_control, ks_2samp
 
 from evalsentry.config import DriftPolicy
 from evalsentry.drift import (
+    DEFAULT_ROW_SUMMARIES,
+    DriftResult,
     class_psi,
     drift_verdict,
+    feature_table,
     input_drift,
     prediction_drift,
     psi,
     read_live,
 )
 from evalsentry.errors import EvalsetError
-from evalsentry.evalsets import load_evalset
+from evalsentry.evalsets import InputsSpec, load_evalset
+from evalsentry.freeze import freeze_evalset
+from evalsentry.history import History
 from evalsentry.verdicts import Verdict
+
+
+@pytest.fixture
+def tabular_evalset(tmp_path: Path) -> Path:
+    """A frozen regression evalset whose inputs are two named columns, ``a`` and ``b``."""
+    rng = np.random.default_rng(4)
+    table = pa.table({"a": rng.normal(size=100), "b": rng.normal(size=100), "y": np.zeros(100)})
+    folder = tmp_path / "evalsets" / "tab"
+    freeze_evalset(
+        table,
+        folder,
+        name="tab",
+        task="regression",
+        target="y",
+        inputs=InputsSpec(columns=["a", "b"]),
+    )
+    return folder
 
 
 class TestPSI:
@@ -64,7 +86,7 @@ class TestTests:
         reference = evalset.inputs.reshape(300, -1)
         flat = live.reshape(200, -1)
         by_name = {r.feature: r for r in results}
-        assert set(by_name) == {"mean", "std", "min", "max", "ink_fraction"}
+        assert set(by_name) == {"mean", "std", "min", "max"}
         mean_ks = ks_2samp(reference.mean(axis=1), flat.mean(axis=1))
         assert by_name["mean"].statistic == pytest.approx(mean_ks.statistic)
         raw = [r.p_value for r in results]
@@ -82,6 +104,80 @@ class TestTests:
         table = np.stack([np.bincount(reference, minlength=3), np.bincount(live, minlength=3)])
         assert result.statistic == pytest.approx(chi2_contingency(table).statistic)
         assert result.verdict == "FAIL" and result.model == "m"
+
+
+class TestFeatures:
+    def test_the_listed_features_are_the_ones_computed(self, toy_evalset: Path) -> None:
+        """An evalset's drift.features entry is exactly the features tested, in its order."""
+        evalset = load_evalset(toy_evalset)
+        policy = DriftPolicy(features={"toy": ["share_above_half_max", "std"]})
+        results = input_drift(evalset, evalset.inputs[:100], policy)
+        assert [r.feature for r in results] == ["share_above_half_max", "std"]
+
+    def test_a_live_sample_is_measured_against_the_evalsets_maximum(
+        self, toy_evalset: Path
+    ) -> None:
+        """A live sample at half the scale drifts in share_above_half_max (one threshold for both)."""
+        evalset = load_evalset(toy_evalset)
+        live = evalset.inputs[:100] * 0.5  # its own maximum would hide the change of scale
+        policy = DriftPolicy(features={"toy": ["share_above_half_max"]})
+        [result] = input_drift(evalset, live, policy)
+        half = 0.5 * evalset.inputs.max()
+        expected = ks_2samp((evalset.inputs > half).mean(axis=1), (live > half).mean(axis=1))
+        assert result.statistic == pytest.approx(expected.statistic)
+        assert result.statistic > 0
+
+    def test_an_unlisted_tensor_evalset_gets_the_default(self, toy_evalset: Path) -> None:
+        """A tensor evalset drift.features does not list is summarised by mean, std, min, max."""
+        evalset = load_evalset(toy_evalset)
+        policy = DriftPolicy(features={"other": ["share_above_half_max"]})
+        results = input_drift(evalset, evalset.inputs[:100], policy)
+        assert DEFAULT_ROW_SUMMARIES == ("mean", "std", "min", "max")
+        assert [r.feature for r in results] == list(DEFAULT_ROW_SUMMARIES)
+
+    def test_share_above_half_max_measures_against_the_evalsets_maximum(self) -> None:
+        """Each row's share of values above half the given maximum, else of its own table's."""
+        rows = np.array([[0.0, 0.4, 0.6, 1.0], [0.2, 0.2, 0.2, 0.2]])
+        own = feature_table(rows, None, ["share_above_half_max"])["share_above_half_max"]
+        assert own.tolist() == [0.5, 0.0]
+        dimmer = feature_table(rows, None, ["share_above_half_max"], scale=1.6)
+        assert dimmer["share_above_half_max"].tolist() == [0.25, 0.0]
+        nothing = feature_table(-rows, None, ["share_above_half_max"])  # the maximum is 0
+        assert nothing["share_above_half_max"].tolist() == [0.0, 0.0]
+
+    def test_a_tabular_evalset_uses_its_columns(self, tabular_evalset: Path) -> None:
+        """An evalset with named input columns tests each column, whatever the default."""
+        evalset = load_evalset(tabular_evalset)
+        results = input_drift(evalset, evalset.inputs[:50], DriftPolicy())
+        assert [r.feature for r in results] == ["a", "b"]
+
+    def test_features_listed_for_a_tabular_evalset_are_refused(self, tabular_evalset: Path) -> None:
+        """Row summaries named for an evalset with columns are refused, naming the setting."""
+        evalset = load_evalset(tabular_evalset)
+        policy = DriftPolicy(features={"tab": ["mean"]})
+        with pytest.raises(
+            EvalsetError,
+            match=r"^drift\.features\.tab: tab has named input columns \(a, b\), which are its "
+            r"drift features; remove drift\.features\.tab$",
+        ):
+            input_drift(evalset, evalset.inputs[:50], policy)
+
+    def test_history_rows_of_retired_feature_names_read_back(self, tmp_path: Path) -> None:
+        """A drift row stored before drift.features (feature ink_fraction) reads like any other."""
+        history = History(str(tmp_path / "store"))
+        old = DriftResult(
+            "digits", "ink_fraction", "input", 0.3, 0.2, 1e-4, 1e-3, 719, 500, Verdict.FAIL
+        )
+        new = DriftResult(
+            "digits", "share_above_half_max", "input", 0.0, 0.01, 0.9, 0.9, 719, 500, Verdict.PASS
+        )
+        history.append_drift([old.row("r1", "2026-W40")])
+        history.append_drift([new.row("r2", "2026-W41")])
+        frame = history.drift()
+        assert dict(zip(frame["week"], frame["feature"], strict=True)) == {
+            "2026-W40": "ink_fraction",
+            "2026-W41": "share_above_half_max",
+        }
 
 
 class TestPolicy:
