@@ -1,4 +1,4 @@
-"""evaluate() against a hand-written raw PyTorch loop on the same model and tensor.
+"""run_inference() against a hand-written raw PyTorch loop on the same model and tensor.
 
     python -m bench.bench_pipeline [--seconds 20]
 
@@ -19,7 +19,7 @@ import torch
 
 from evalsentry.evalsets import InputsSpec, load_evalset
 from evalsentry.freeze import freeze_evalset
-from evalsentry.inference import evaluate
+from evalsentry.inference import run_inference
 from examples.digits.model import DigitsCNN
 
 BATCH = 512
@@ -70,7 +70,7 @@ def run(seconds: float = 20.0, repeat: int = 2) -> dict[str, float]:
             raw_loop(model, evalset.tensors()[0])
             raw.append(time.perf_counter() - start)
             start = time.perf_counter()
-            evaluate(model, evalset, device="cpu", batch_size=BATCH)
+            run_inference(model, evalset, device="cpu", batch_size=BATCH)
             pipeline.append(time.perf_counter() - start)
     return {
         "pipeline_examples": rows,

@@ -2,7 +2,7 @@
 
     python -m bench.gpu [--quick]
 
-On a CUDA machine: examples/s of `evaluate` (evalset resident on the device, channels_last,
+On a CUDA machine: examples/s of `run_inference` (evalset resident on the device, channels_last,
 pinned memory) and of a raw loop (the same model, batches copied from pageable memory), fp32
 and bf16, and peak GPU memory. On a CPU it runs a reduced version (fewer, smaller images).
 """
@@ -22,7 +22,7 @@ from torch import nn
 
 from evalsentry.evalsets import InputsSpec, load_evalset
 from evalsentry.freeze import freeze_evalset
-from evalsentry.inference import evaluate, release_resident
+from evalsentry.inference import release_resident, run_inference
 
 BATCH = 256
 
@@ -104,7 +104,7 @@ def run(quick: bool = False) -> dict[str, float]:
         for precision in ("fp32", "bf16") if cuda else ("fp32",):
             bf16 = precision == "bf16"
             raw_loop(model, evalset.tensors()[0][:BATCH], device, bf16)  # warm-up
-            evaluate(model, evalset, device=str(device), batch_size=BATCH, precision=precision)
+            run_inference(model, evalset, device=str(device), batch_size=BATCH, precision=precision)
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
@@ -112,7 +112,7 @@ def run(quick: bool = False) -> dict[str, float]:
             raw_loop(model, evalset.tensors()[0], device, bf16)
             raw = time.perf_counter() - start
             start = time.perf_counter()
-            evaluate(model, evalset, device=str(device), batch_size=BATCH, precision=precision)
+            run_inference(model, evalset, device=str(device), batch_size=BATCH, precision=precision)
             ours = time.perf_counter() - start
             results[f"gpu_raw_{precision}_examples_per_s"] = rows / raw
             results[f"gpu_pipeline_{precision}_examples_per_s"] = rows / ours

@@ -48,7 +48,7 @@ def run(weeks: int = 52) -> dict[str, float]:
         for week in range(1, weeks + 1):
             name = f"2025-W{week:02d}"
             start = time.perf_counter()
-            state = weekly_eval(week=name, config=str(config), return_state=True)
+            state = weekly_eval(week=name, config_path=str(config), return_state=True)
             run_times.append(time.perf_counter() - start)
             if not state.is_completed():
                 raise RuntimeError(f"{name}: {state.name} {state.message}")

@@ -16,8 +16,8 @@ from evalsentry.history import History
 from evalsentry.names import check_name
 from evalsentry.storage import sha256_file
 from evalsentry.tasks import events
-from evalsentry.tasks.evalsets import load_evalset, validate_evalset
-from evalsentry.tasks.evaluate import evaluate, on_device
+from evalsentry.tasks.evalsets import check_evalset, load_evalset
+from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device
 from evalsentry.tasks.gate import gate_candidate
 from evalsentry.tasks.history import write_comparisons, write_history
 from evalsentry.tasks.report import publish_report
@@ -42,16 +42,19 @@ def evaluate_candidate(
     model: str,
     evalsets: list[str] | None = None,
     device: str = "auto",
-    config: str = "evalsentry.yaml",
+    config_path: str = "evalsentry.yaml",
     new_model: bool = False,
 ) -> Any:
     """Evaluate ``checkpoint`` as a candidate of ``model``; gate it against production and baseline.
 
-    The result is recorded as a candidate evaluation, never as a week's production result.
+    The result is recorded as a candidate check (``kind`` candidate), never as a week's result.
     A ``model`` neither registered nor in the history is refused unless ``new_model``.
+
+    Args:
+        config_path: The project's evalsentry.yaml, relative to the run's working directory.
     """
     logger = get_run_logger()
-    settings = load_config(config)
+    settings = load_config(config_path)
     check_name("model", model)
     history = History(settings.store_url)
     try:
@@ -59,9 +62,9 @@ def evaluate_candidate(
     except UsageError as exc:  # an unusable store, an unknown model line, no evalset for it
         return fail(f"{iso_week()}: ERROR {model} candidate not evaluated", [str(exc)])
     steps = CandidateSteps(
-        validate=validate_evalset,
+        check=check_evalset,
         load=load_evalset,
-        infer=on_device(evaluate, device),
+        infer=on_device(evaluate_checkpoint, device),
         record=lambda outcomes: write_history(settings.store_url, outcomes),
         gate=lambda evaluation: gate_candidate(
             settings.store_url, evaluation, settings.gate, settings.evalsets_dir

@@ -11,10 +11,11 @@ from typing import Any
 from prefect import flow
 
 from evalsentry.config import load_config
+from evalsentry.names import WEEKLY_RUN
 from evalsentry.pipeline import Target
 from evalsentry.registry import Registry
-from evalsentry.tasks.evalsets import load_evalset, validate_evalset
-from evalsentry.tasks.evaluate import evaluate, on_device
+from evalsentry.tasks.evalsets import check_evalset, load_evalset
+from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device
 from evalsentry.tasks.history import write_history
 
 
@@ -30,23 +31,26 @@ def evaluate_one(
     week: str,
     run_id: str,
     device: str = "auto",
-    config: str = "evalsentry.yaml",
+    config_path: str = "evalsentry.yaml",
 ) -> dict[str, Any]:
     """Evaluate one registered version on one evalset and append it to the history under ``run_id``.
 
     A checkpoint that fails is recorded as an error row (the parent's gate reports it).
+
+    Args:
+        config_path: The project's evalsentry.yaml, relative to the run's working directory.
     """
-    settings = load_config(config)
+    settings = load_config(config_path)
     target = Target.from_entry(Registry(settings.registry_url).show(model, version))
-    validation = validate_evalset(evalset, settings.evalsets_dir)
+    validation = check_evalset(evalset, settings.evalsets_dir)
     loaded = load_evalset(evalset, settings.evalsets_dir)
-    outcome = on_device(evaluate, device)(
+    outcome = on_device(evaluate_checkpoint, device)(
         target,
         loaded,
         config=settings,
         run_id=run_id,
         week=week,
-        kind="scheduled",
+        kind=WEEKLY_RUN,
         device=device,
         validation=validation,
     )

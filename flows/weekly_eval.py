@@ -27,6 +27,7 @@ from evalsentry.flows.runs import RUN_ID_CHARS, fail, short_id
 from evalsentry.gate import Comparison, GateReport, Verdict
 from evalsentry.history import History
 from evalsentry.isolation import prestart
+from evalsentry.names import WEEKLY_RUN
 from evalsentry.pipeline import (
     WEEKLY_STAGES,
     Outcome,
@@ -38,8 +39,8 @@ from evalsentry.pipeline import (
 )
 from evalsentry.tasks import events
 from evalsentry.tasks.drift import check_drift
-from evalsentry.tasks.evalsets import load_evalset, validate_evalset
-from evalsentry.tasks.evaluate import evaluate, on_device, time_against_previous_week
+from evalsentry.tasks.evalsets import check_evalset, load_evalset
+from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device, time_against_previous_week
 from evalsentry.tasks.gate import gate_week
 from evalsentry.tasks.history import write_comparisons, write_drift, write_history
 from evalsentry.tasks.registry import resolve_targets
@@ -55,8 +56,11 @@ def resolve_week(week: str | None) -> str:
     return iso_week(scheduled if scheduled is not None else now_utc())
 
 
-def run_kind(week: str | None) -> str:
-    """``scheduled`` (made by a deployment schedule), ``backfill`` (an earlier week), or ``manual``."""
+def run_trigger(week: str | None) -> str:
+    """``scheduled`` (made by a deployment schedule), ``backfill`` (an earlier week), or ``manual``.
+
+    For the run name only: every weekly run records its rows as ``kind`` ``WEEKLY_RUN``.
+    """
     context = FlowRunContext.get()
     if context is not None and context.flow_run is not None and context.flow_run.auto_scheduled:
         return "scheduled"
@@ -69,7 +73,7 @@ def _run_name() -> str:
     """``weekly-eval-<week>-<scheduled|manual|backfill>-<id>``; a report file is named the same."""
     week = runtime.flow_run.parameters.get("week")
     try:
-        return f"weekly-eval-{resolve_week(week)}-{run_kind(week)}-{short_id()}"
+        return f"weekly-eval-{resolve_week(week)}-{run_trigger(week)}-{short_id()}"
     except EvalsentryError:  # the flow itself fails on the bad week, with the message
         return f"weekly-eval-invalid-week-{short_id()}"
 
@@ -99,7 +103,7 @@ class RunContext:
     """What every evaluation of one weekly run shares."""
 
     settings: Config  # the loaded project config
-    config_path: str  # the file it came from: the flow's ``config`` parameter
+    config_path: str  # the file it came from: the flow's ``config_path`` parameter
     run_id: str
     week: str
     device: str
@@ -109,16 +113,16 @@ def _evaluate_jobs(
     jobs: Sequence[Job], run: RunContext, meter: CostMeter | None, runner: Any = None
 ) -> list[Outcome]:
     """Submit one evaluate task per (checkpoint, evalset), to ``runner`` or the flow's own."""
-    inference = on_device(evaluate, run.device)
+    inference = on_device(evaluate_checkpoint, run.device)
     futures = []
     for target, evalset, validation in jobs:
-        parameters = {
+        parameters: dict[str, Any] = {  # the Dask runner takes them as a mapping
             "target": target,
             "evalset": evalset,
             "config": run.settings,
             "run_id": run.run_id,
             "week": run.week,
-            "kind": "scheduled",
+            "kind": WEEKLY_RUN,
             "device": run.device,
             "meter": meter,
             "validation": validation,
@@ -166,7 +170,7 @@ def _fan_out(jobs: Sequence[Job], run: RunContext) -> list[Outcome]:
                     "week": run.week,
                     "run_id": run.run_id,
                     "device": run.device,
-                    "config": run.config_path,
+                    "config_path": run.config_path,
                 },
                 timeout=0,
             ),
@@ -190,7 +194,7 @@ def _validate_all(
     invalid: list[Comparison] = []
     for name in names:
         try:
-            validations[name] = validate_evalset(name, evalsets_dir)
+            validations[name] = check_evalset(name, evalsets_dir)
         except EvalsentryError as exc:
             get_run_logger().error("evalset %s is invalid: %s", name, exc)
             validations[name] = {"success": False, "error": str(exc)}
@@ -236,7 +240,7 @@ def weekly_eval(
     evalsets: list[str] | None = None,
     stages: Sequence[str] = WEEKLY_STAGES,
     device: str = "auto",
-    config: str = "evalsentry.yaml",
+    config_path: str = "evalsentry.yaml",
     task_runner: str = "thread",
     dask_address: str | None = None,
     fan_out: bool = False,
@@ -250,9 +254,12 @@ def weekly_eval(
     local cluster of two worker processes). ``fan_out=True`` starts one ``evaluate-one`` child
     flow run per (checkpoint, evalset) on the ``gpu`` work pool, so the workers polling it share
     the week; this run waits for them, then gates and reports.
+
+    Args:
+        config_path: The project's evalsentry.yaml, relative to the run's working directory.
     """
     logger = get_run_logger()
-    settings = load_config(config)
+    settings = load_config(config_path)
     week = resolve_week(week)
     run_id = new_run_id()
     try:
@@ -294,7 +301,7 @@ def weekly_eval(
         if validations[name].get("success")
     }
     jobs = [(target, loaded[name], validations[name]) for target, name in pairs if name in loaded]
-    run = RunContext(settings, config, run_id, week, device)
+    run = RunContext(settings, config_path, run_id, week, device)
     outcomes = _evaluate_and_record(jobs, run, task_runner, dask_address, fan_out)
     drifts = [
         d

@@ -18,9 +18,13 @@ def _content_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
     return f"evalset-{fingerprint(folder)}-{context.task_run.flow_run_id}"
 
 
-@task(name="validate-evalset", cache_key_fn=_content_key, persist_result=True)
-def validate_evalset(name: str, evalsets_dir: str) -> dict[str, Any]:
-    """Verify the evalset's hashes and run its expectation suite; raises if either fails."""
+@task(name="check-evalset", cache_key_fn=_content_key, persist_result=True)
+def check_evalset(name: str, evalsets_dir: str) -> dict[str, Any]:
+    """Verify the evalset's hashes and run its expectation suite; raises if either fails.
+
+    The task of ``evalsentry.evalsets.check_evalset`` (which raises), not of ``validate_evalset``
+    (which returns the failures).
+    """
     return evalsets.check_evalset(name, evalsets_dir).to_dict()
 
 

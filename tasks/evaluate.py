@@ -16,11 +16,13 @@ from prefect import Task, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 
+from evalsentry import pipeline
 from evalsentry.config import Config
 from evalsentry.cost import CostMeter
 from evalsentry.evalsets import Evalset
 from evalsentry.history import History
-from evalsentry.pipeline import Outcome, Target, evaluate_checkpoint
+from evalsentry.names import RunKind
+from evalsentry.pipeline import Outcome, Target
 from evalsentry.timing import check_slowdowns, slowdown_pairs
 from evalsentry.verdicts import Comparison
 
@@ -59,21 +61,21 @@ def on_device(task_: T, device: str) -> T:
     cache_policy=NO_CACHE,
     task_run_name="evaluate-{target.model}-v{target.version}-on-{evalset.spec.name}",
 )
-def evaluate(
+def evaluate_checkpoint(
     target: Target,
     evalset: Evalset,
     *,
     config: Config,
     run_id: str,
     week: str,
-    kind: str,
+    kind: RunKind,
     device: str,
     meter: CostMeter | None = None,
     validation: dict[str, object] | None = None,
 ) -> Outcome:
     """Evaluate one checkpoint on one evalset; a broken checkpoint or model returns an error outcome.
 
-    The model runs in a child process that ``config.inference_timeout_s`` kills (no Prefect
+    ``evalsentry.pipeline.evaluate_checkpoint`` with a progress artifact. The model runs in a child process that ``config.inference_timeout_s`` kills (no Prefect
     ``timeout_seconds``: on a task in a thread it only marks the run TimedOut, the thread runs on).
 
     ``meter`` is the run's energy tracker when tasks share a process (threads); without one (a
@@ -96,7 +98,7 @@ def evaluate(
             last = now
             update_progress_artifact(artifact_id, 100.0 * done / total)
 
-    return evaluate_checkpoint(
+    return pipeline.evaluate_checkpoint(
         target,
         evalset,
         config=config,

@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # what __getattr__ below loads on first use, declared for typ
     from evalsentry.config import load_config
     from evalsentry.evalsets import load_evalset
     from evalsentry.freeze import freeze_evalset
-    from evalsentry.inference import evaluate
+    from evalsentry.inference import run_inference
     from evalsentry.registry import Registry
     from evalsentry.training import TrainingRun, track_training
 
@@ -27,7 +27,7 @@ _LAZY = {
     "load_config": "evalsentry.config",
     "load_evalset": "evalsentry.evalsets",
     "freeze_evalset": "evalsentry.freeze",
-    "evaluate": "evalsentry.inference",
+    "run_inference": "evalsentry.inference",
     "track_training": "evalsentry.training",
     "TrainingRun": "evalsentry.training",
 }
@@ -35,11 +35,11 @@ __all__ = [
     "Registry",
     "TrainingRun",
     "__version__",
-    "evaluate",
     "freeze_evalset",
     "load_checkpoint",
     "load_config",
     "load_evalset",
+    "run_inference",
     "save_checkpoint",
     "track_training",
 ]

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from evalsentry.names import WEEKLY_RUN
 from evalsentry.weeks import iso_week, week_start, weeks_in_order
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def serving_rates(evaluations: pd.DataFrame, rates: CostRates) -> pd.DataFrame:
     if evaluations.empty or any(c not in evaluations for c in needed):
         return pd.DataFrame(columns=["model", "week", "device", "cost", "energy_kwh", "co2_kg"])
     rows = evaluations[
-        (evaluations["kind"] == "scheduled")
+        (evaluations["kind"] == WEEKLY_RUN)
         & (evaluations["status"] == "ok")
         & (evaluations["stage"] == "production")
         & (evaluations["examples_per_s"].fillna(0) > 0)

@@ -1,7 +1,7 @@
 """A candidate checkpoint, evaluated and gated against production and the baseline.
 
 One function, :func:`evaluate_candidate`, serves both ``evalsentry evaluate`` (CI) and the
-``evaluate-candidate`` flow. Its steps (validate, load, infer, record, gate) are plain library
+``evaluate-candidate`` flow. Its steps (check, load, infer, record, gate) are plain library
 calls by default; the flow hands in its Prefect tasks instead, for retries, caching and names.
 """
 
@@ -34,7 +34,7 @@ class CandidateNotEvaluated(UsageError):
 class CandidateSteps:
     """The steps of a candidate evaluation; each defaults to the plain library call."""
 
-    validate: Callable[[str, str], dict[str, Any]] | None = None
+    check: Callable[[str, str], dict[str, Any]] | None = None  # verify and validate; raises
     load: Callable[[str, str], Any] | None = None
     infer: Callable[..., Outcome] | None = None
     record: Callable[[Sequence[Outcome]], Any] | None = None
@@ -79,7 +79,7 @@ def candidate_evalsets(
 
 
 class _Steps(NamedTuple):
-    validate: Callable[[str, str], dict[str, Any]]
+    check: Callable[[str, str], dict[str, Any]]
     load: Callable[[str, str], Any]
     infer: Callable[..., Outcome]
     record: Callable[[Sequence[Outcome]], Any]
@@ -96,7 +96,7 @@ def _library_steps(
 
     cache = ValidationCache(settings.store_url)
 
-    def validate(name: str, folder: str) -> dict[str, Any]:
+    def check(name: str, folder: str) -> dict[str, Any]:
         return check_evalset_reusing(
             name, folder, cache, run_id=run_id, week=week, revalidate=revalidate
         )
@@ -109,7 +109,7 @@ def _library_steps(
         )
 
     return _Steps(
-        validate=validate,
+        check=check,
         load=lambda name, folder: load_evalset(name, evalsets_dir=folder),
         infer=evaluate_checkpoint,
         record=lambda outcomes: record(history, outcomes),
@@ -133,7 +133,7 @@ def evaluate_candidate(
 
     Every evalset is verified by hash before use and validated (the library step reuses a passed
     expectation-suite result while its manifest, suite and GX version are unchanged); each result is recorded as a
-    ``candidate`` evaluation (never as a week's production result) before it is gated, so an
+    candidate check (``kind`` ``CANDIDATE_CHECK``, never a week's result) before it is gated, so an
     unusable candidate leaves its error row behind.
 
     Args:
@@ -157,13 +157,14 @@ def evaluate_candidate(
     """
     from evalsentry.cost import CostMeter
     from evalsentry.gate import GateReport
+    from evalsentry.names import CANDIDATE_CHECK
     from evalsentry.pipeline import Target, new_run_id
     from evalsentry.weeks import iso_week
 
     week, run_id = iso_week(), new_run_id()
     library = _library_steps(settings, history, run_id, week, revalidate)
     chosen = steps or CandidateSteps()
-    validate = chosen.validate or library.validate
+    check = chosen.check or library.check
     load = chosen.load or library.load
     infer = chosen.infer or library.infer
     record = chosen.record or library.record
@@ -180,14 +181,14 @@ def evaluate_candidate(
     comparisons: list[Comparison] = []
     try:
         for name in names:
-            validations[name] = validate(name, settings.evalsets_dir)
+            validations[name] = check(name, settings.evalsets_dir)
             outcome = infer(
                 target,
                 load(name, settings.evalsets_dir),
                 config=settings,
                 run_id=run_id,
                 week=week,
-                kind="candidate",
+                kind=CANDIDATE_CHECK,
                 device=device,
                 meter=meter,
                 validation=validations[name],

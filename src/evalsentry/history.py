@@ -9,6 +9,9 @@ Tables (each a folder of Parquet files, readable by pandas, pyarrow datasets and
 - ``predictions/<evaluation_id>.parquet``: per-example outputs, for paired comparisons.
 - ``baselines/<model>.json``: a pinned baseline week, when one is set.
 
+An evaluation row's ``kind`` says which run recorded it (``names.WEEKLY_RUN`` or
+``names.CANDIDATE_CHECK``); its ``stage`` is the checkpoint's registry stage (``names.STAGES``).
+
 Older files read as they are: a column they lack reads as null. Files of a newer schema are
 refused with a message to upgrade.
 
@@ -35,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evalsentry.errors import HistoryError
-from evalsentry.names import check_name
+from evalsentry.names import WEEKLY_RUN, RunKind, check_name
 from evalsentry.storage import (
     blocking_file,
     filesystem,
@@ -427,7 +430,7 @@ class History:
         """Pin ``week`` as the baseline of ``model``'s production line."""
         check_name("model", model)
         check_week(week)
-        if self.evaluations(model=model, weeks=[week], kind="scheduled").empty:
+        if self.evaluations(model=model, weeks=[week], kind=WEEKLY_RUN).empty:
             raise HistoryError(
                 f"no evaluation of {model!r} recorded in week {week}; nothing to pin"
             )
@@ -507,7 +510,7 @@ class History:
         model: str | None = None,
         evalset: str | None = None,
         weeks: Iterable[str] | None = None,
-        kind: str | None = None,
+        kind: RunKind | None = None,
         include_superseded: bool = False,
     ) -> pd.DataFrame:
         """Evaluation rows, newest run per key unless ``include_superseded``."""

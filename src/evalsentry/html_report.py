@@ -19,6 +19,7 @@ from evalsentry import units
 from evalsentry.bill import PARTS, Lifetime, lifetime_table, weekly_parts
 from evalsentry.gate import GateReport, Verdict, align
 from evalsentry.history import History
+from evalsentry.names import WEEKLY_RUN
 from evalsentry.report import counts_line
 from evalsentry.stats import flip_masks
 from evalsentry.verdicts import Reference
@@ -310,7 +311,7 @@ def render_report(
     Markdown too), so the two reports never disagree; it runs no gate of its own.
     """
     week = report.week
-    evaluations = history.evaluations(kind="scheduled")
+    evaluations = history.evaluations(kind=WEEKLY_RUN)
     this_week = evaluations[evaluations["week"] == week]
     production = evaluations[
         (evaluations["status"] == "ok") & (evaluations["stage"] == "production")

@@ -173,7 +173,7 @@ def _nvidia_driver() -> str | None:
         return None
 
 
-def evaluate(
+def run_inference(
     model: torch.nn.Module,
     evalset: Evalset,
     *,

@@ -8,7 +8,7 @@ always be killed, and what the model allocated (its CUDA context too) goes with 
 boundary makes a crash (a segfault in an extension, ``os._exit`` in model code) one pair's error.
 
 What runs in the child is the code that comes with a checkpoint: reading it, calling its
-factory, loading the weights, and the inference loop (``inference.evaluate``). Metrics, the
+factory, loading the weights, and the inference loop (``inference.run_inference``). Metrics, the
 gate and the history stay in the caller. The child is handed the allowlist
 (``trusted_factories``, ``max_checkpoint_bytes``) and the factory pinned at registration, and
 ``load_checkpoint`` checks both there before anything is inflated or imported.
@@ -554,7 +554,7 @@ def _serve_one(
     import torch
 
     from evalsentry.checkpoint import load_checkpoint
-    from evalsentry.inference import evaluate
+    from evalsentry.inference import run_inference
     from evalsentry.timing import time_pair
 
     sys.path[:] = job["sys_path"]
@@ -578,7 +578,7 @@ def _serve_one(
             reference = load_checkpoint(job["reference_uri"], **job["reference_load"])
             result: Any = time_pair(reference.model, loaded.model, evalset, device=job["device"])
         else:
-            result = evaluate(
+            result = run_inference(
                 loaded.model,
                 evalset,
                 device=job["device"],

@@ -1,13 +1,28 @@
-"""Validation of user-supplied names that become parts of storage paths."""
+"""Names: validation of user-supplied ones that become path segments, and the fixed vocabularies."""
 
 from __future__ import annotations
 
 import re
+from typing import Final, Literal
 
 from evalsentry.errors import InvalidName
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+#: Registry stages of a checkpoint version (its ``stage``, in the registry and in each history row).
 STAGES = ("candidate", "production", "archived")
+
+#: The ``kind`` of a history evaluation row: which run recorded it. Not a registry stage: a
+#: weekly run records ``stage`` candidate rows too, as ``kind`` scheduled. The stored values are
+#: kept as first written (the history is append-only and queried directly with DuckDB or pandas),
+#: so the code names them for what they mean.
+RunKind = Literal["scheduled", "candidate"]
+#: Recorded by a weekly-eval run, however it started (schedule, by hand, backfill); the gate,
+#: the baseline, timing and the bill read only these.
+WEEKLY_RUN: Final[RunKind] = "scheduled"
+#: Recorded by a candidate check (``evalsentry evaluate``, the evaluate-candidate flow): gated
+#: against production, never part of a week's result.
+CANDIDATE_CHECK: Final[RunKind] = "candidate"
+RUN_KINDS: tuple[RunKind, ...] = (WEEKLY_RUN, CANDIDATE_CHECK)
 
 
 def check_name(kind: str, name: str) -> str:

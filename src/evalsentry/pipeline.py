@@ -31,6 +31,7 @@ from evalsentry.errors import (
     did_you_mean,
 )
 from evalsentry.history import History
+from evalsentry.names import WEEKLY_RUN, RunKind
 from evalsentry.weeks import now_utc
 
 if TYPE_CHECKING:
@@ -250,7 +251,7 @@ def evaluate_checkpoint(
     config: Config,
     run_id: str,
     week: str,
-    kind: str = "scheduled",
+    kind: RunKind = WEEKLY_RUN,
     device: str = "auto",
     meter: CostMeter | None = None,
     validation: Mapping[str, Any] | None = None,

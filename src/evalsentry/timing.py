@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from evalsentry.names import WEEKLY_RUN
 from evalsentry.verdicts import Comparison, Reference, Verdict
 from evalsentry.weeks import week_start, weeks_in_order
 
@@ -140,10 +141,10 @@ def slowdown_pairs(outcomes: Sequence[Outcome], history: History, week: str) -> 
             not outcome.ok
             or row["model"] in seen
             or row["stage"] != "production"
-            or row["kind"] != "scheduled"
+            or row["kind"] != WEEKLY_RUN
         ):
             continue
-        earlier = history.evaluations(model=row["model"], evalset=row["evalset"], kind="scheduled")
+        earlier = history.evaluations(model=row["model"], evalset=row["evalset"], kind=WEEKLY_RUN)
         earlier = earlier[
             (earlier["status"] == "ok")
             & (earlier["stage"] == "production")

@@ -16,7 +16,7 @@ def test_one_week_evaluates_each_model_on_its_own_evalset_only(
     tmp_path: Path, train_data: Path
 ) -> None:
     config = estate(tmp_path, BOUND, train_data=train_data)
-    state = weekly_eval(week=WEEK, config=str(config), return_state=True)
+    state = weekly_eval(week=WEEK, config_path=str(config), return_state=True)
     assert state.is_completed(), state.message
     rows = History(load_config(config).store_url).evaluations()
     assert sorted(zip(rows["model"], rows["evalset"], rows["status"], strict=True)) == [
@@ -35,7 +35,7 @@ def test_an_unbound_model_is_an_error_and_the_bound_one_still_runs(
     tmp_path: Path, train_data: Path
 ) -> None:
     config = estate(tmp_path, "models:\n  narrow: {evalsets: [narrow]}\n", train_data=train_data)
-    state = weekly_eval(week=WEEK, config=str(config), return_state=True)
+    state = weekly_eval(week=WEEK, config_path=str(config), return_state=True)
     assert state.is_failed()
     assert (state.message or "").startswith(f"{WEEK}: ERROR model wide (model 'wide' is bound")
     rows = History(load_config(config).store_url).evaluations()

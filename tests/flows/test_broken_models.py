@@ -55,7 +55,7 @@ def test_a_broken_model_fails_itself_and_the_good_one_is_recorded_and_reported(
     """The broken model is an ERROR naming its reason; the good one is gated; the report is written."""
     config = with_timeout(toy_project)
     reason = register_broken(config, kind, tmp_path, train_data)
-    state = weekly_eval(week=WEEK, config=str(config), return_state=True)
+    state = weekly_eval(week=WEEK, config_path=str(config), return_state=True)
     assert state.is_failed()
     assert f"{kind}@v1" in state.message and reason in state.message
     frame = evaluations(config)
@@ -77,7 +77,7 @@ def test_a_hung_model_on_a_dask_worker_times_out_too(
     """A Dask worker (a daemonic process) still runs each model in a child it can kill."""
     config = with_timeout(toy_project)
     register_broken(config, "hangs", tmp_path, train_data)
-    state = weekly_eval(week=WEEK, config=str(config), task_runner="dask", return_state=True)
+    state = weekly_eval(week=WEEK, config_path=str(config), task_runner="dask", return_state=True)
     assert state.is_failed() and "hangs@v1" in state.message and TIMEOUT in state.message
     frame = evaluations(config)
     assert frame.loc["toy-model", "status"] == "ok" and frame.loc["hangs", "error"] == TIMEOUT
@@ -91,7 +91,7 @@ def test_a_model_bound_to_an_evalset_of_the_wrong_width_is_that_pairs_error(
 
     bindings = "models:\n  narrow: {evalsets: [narrow, wide]}\n  wide: {evalsets: [wide]}\n"
     config = estate(tmp_path, bindings, train_data=train_data)
-    state = weekly_eval(week=WEEK, config=str(config), return_state=True)
+    state = weekly_eval(week=WEEK, config_path=str(config), return_state=True)
     assert state.is_failed()
     reason = (
         "input shape mismatch: the model's first layer (Linear 'body.0') takes 4 features, got "

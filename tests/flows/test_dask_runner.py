@@ -44,7 +44,7 @@ def test_dask_local_cluster_matches_the_thread_runner(
         registry.register(toy_checkpoints["good"], "good", stage="production", trust=TRUST)
         registry.register(toy_checkpoints["degraded"], "degraded", stage="production", trust=TRUST)
         state = weekly_eval(
-            week="2026-W40", config=str(config), task_runner=runner, return_state=True
+            week="2026-W40", config_path=str(config), task_runner=runner, return_state=True
         )
         assert state.is_completed(), state.message
         configs[runner], states[runner] = config, state
@@ -88,6 +88,6 @@ def test_shipped_worker_config_is_what_the_local_cluster_uses() -> None:
 def test_unknown_task_runner_fails_the_run(toy_project: Path) -> None:
     """A task runner other than thread or dask is refused with a clear message."""
     state = weekly_eval(
-        week="2026-W40", config=str(toy_project), task_runner="ray", return_state=True
+        week="2026-W40", config_path=str(toy_project), task_runner="ray", return_state=True
     )
     assert state.is_failed() and "use thread or dask" in state.message

@@ -6,6 +6,7 @@ import importlib
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from evalsentry.config import load_config
@@ -49,6 +50,17 @@ def test_every_deployment_parses_and_its_entrypoint_imports() -> None:
         "schedules" not in deployments["evaluate-candidate"]
         and "schedules" not in deployments["evaluate-one"]
     )
+
+
+def test_a_deployment_passing_the_old_config_parameter_is_refused() -> None:
+    """A deployment from a prefect.yaml older than `config_path` fails at the start, naming `config`."""
+    from prefect.exceptions import SignatureMismatchError
+
+    from evalsentry.flows.weekly_eval import weekly_eval
+
+    weekly_eval.validate_parameters({"config_path": "evalsentry.yaml"})
+    with pytest.raises(SignatureMismatchError, match=r"provided with parameters \['config'\]"):
+        weekly_eval.validate_parameters({"config": "evalsentry.yaml"})
 
 
 def test_automation_example_is_valid_for_the_prefect_api() -> None:

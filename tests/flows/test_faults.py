@@ -56,7 +56,7 @@ def test_f1_tampered_evalset_fires_the_invalid_event(toy_project: Path, toy_eval
     raw = bytearray(data.read_bytes())
     raw[len(raw) // 3] ^= 0x01
     data.write_bytes(bytes(raw))
-    state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+    state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
     assert state.is_failed() and "evalset file changed since freeze" in state.message
     assert _history(toy_project).evaluations().empty
     assert _wait_for_events("evalsentry.evalset.invalid", "evalsentry.evalset.toy")
@@ -72,7 +72,7 @@ def test_f2_suite_breaking_content_fails_before_inference(
     rewrite(
         toy_evalset, table.set_column(table.column_names.index("label"), "label", pa.array(labels))
     )
-    state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+    state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
     assert state.is_failed()
     assert "expect_column_values_to_be_in_set(label)" in state.message
     assert _history(toy_project).evaluations().empty
@@ -89,7 +89,7 @@ def test_f5_checkpoint_swapped_for_a_malicious_pickle_is_refused_unrun(
     )
     marker = tmp_path / "pwned"
     torch.save({"model_state_dict": {}, "lineage": Marker(str(marker))}, target)
-    state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+    state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
     assert state.is_failed() and "swapped" in state.message
     assert not marker.exists()
     frame = _history(toy_project).evaluations().set_index("model")
@@ -102,7 +102,7 @@ def test_f8_two_runs_of_the_same_week_at_once_lose_nothing(toy_project: Path) ->
     states: list[object] = []
 
     def run() -> None:
-        states.append(weekly_eval(week="2026-W40", config=str(toy_project), return_state=True))
+        states.append(weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True))
 
     threads = [threading.Thread(target=run) for _ in range(2)]
     for thread in threads:
@@ -134,7 +134,7 @@ def test_f10_model_producing_nan_is_an_error_row_listing_example_ids(
     Registry(load_config(toy_project).registry_url).register(
         path, "nan-model", stage="production", trust=TRUST
     )
-    state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+    state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
     assert state.is_failed() and "nan-model" in state.message
     error = _history(toy_project).evaluations().set_index("model").loc["nan-model", "error"]
     assert "NaN/inf outputs for 300 example(s), first: toy-000000" in error

@@ -166,7 +166,7 @@ def test_the_weekly_run_refuses_each_one_and_evaluates_the_rest(
         toy_checkpoints["good"], "good-model", stage="production", trust=TRUST
     )
 
-    state = weekly_eval(week=WEEK, config=str(project), return_state=True)
+    state = weekly_eval(week=WEEK, config_path=str(project), return_state=True)
 
     assert state.is_failed()
     rows = History(load_config(project).store_url).evaluations().set_index("model")
@@ -196,7 +196,7 @@ def test_register_with_a_factory_runs_a_factory_less_checkpoint_end_to_end(
     shown = json.loads(capsys.readouterr().out.split("\n", 2)[2])
     assert shown["lineage"]["model"] == {"factory": "tests.models:TinyNet", "kwargs": kwargs}
 
-    state = weekly_eval(week=WEEK, models=["plain"], config=str(project), return_state=True)
+    state = weekly_eval(week=WEEK, models=["plain"], config_path=str(project), return_state=True)
 
     assert state.is_completed(), state.message
     rows = History(load_config(project).store_url).evaluations().set_index("model")
@@ -211,7 +211,7 @@ def test_a_registry_entry_with_an_unknown_stage_fails_the_week_naming_the_file(
     entry = json.loads(entry_file.read_text())
     entry["stage"] = "prod"
     entry_file.write_text(json.dumps(entry))
-    state = weekly_eval(week=WEEK, config=str(project), return_state=True)
+    state = weekly_eval(week=WEEK, config_path=str(project), return_state=True)
     assert state.is_failed()
     assert (
         f"{entry_file}: stage: 'prod' is not a stage; use one of candidate, production, archived"

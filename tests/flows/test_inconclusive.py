@@ -12,8 +12,10 @@ def test_an_inconclusive_week_completes_unless_strict(toy_project: Path) -> None
     saying so; with ``gate.strict: true`` the same week fails, naming the comparison."""
     text = toy_project.read_text()
     toy_project.write_text(text + "gate:\n  metrics:\n    accuracy: {max_drop: 0.005}\n")
-    assert weekly_eval(week="2026-W40", config=str(toy_project), return_state=True).is_completed()
-    state = weekly_eval(week="2026-W41", config=str(toy_project), return_state=True)
+    assert weekly_eval(
+        week="2026-W40", config_path=str(toy_project), return_state=True
+    ).is_completed()
+    state = weekly_eval(week="2026-W41", config_path=str(toy_project), return_state=True)
     assert state.is_completed(), state.message
     result = state.result()
     assert result["verdict"] == "INCONCLUSIVE"
@@ -22,6 +24,6 @@ def test_an_inconclusive_week_completes_unless_strict(toy_project: Path) -> None
     toy_project.write_text(
         text + "gate:\n  strict: true\n  metrics:\n    accuracy: {max_drop: 0.005}\n"
     )
-    strict = weekly_eval(week="2026-W41", config=str(toy_project), return_state=True)
+    strict = weekly_eval(week="2026-W41", config_path=str(toy_project), return_state=True)
     assert strict.is_failed()
     assert strict.message.startswith("2026-W41: INCONCLUSIVE toy-model@v1 accuracy")

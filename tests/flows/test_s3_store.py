@@ -107,11 +107,11 @@ def test_weekly_flow_and_gate_on_an_s3_store(
         )
         == 0
     )
-    assert weekly_eval(week="2026-W40", config=config, return_state=True).is_completed()
+    assert weekly_eval(week="2026-W40", config_path=config, return_state=True).is_completed()
     registry = Registry(load_config(s3_project).registry_url)
     entry = registry.register(toy_checkpoints["degraded"], "toy-model", trust=TRUST)
     registry.promote("toy-model", entry.version, "production")
-    assert weekly_eval(week="2026-W41", config=config, return_state=True).is_failed()
+    assert weekly_eval(week="2026-W41", config_path=config, return_state=True).is_failed()
     capsys.readouterr()
     assert main(["gate", "--config", config]) == 1
     assert "toy-model@v2 on toy: accuracy vs previous-week" in capsys.readouterr().err
@@ -168,11 +168,11 @@ def test_evalset_on_s3_is_verified_by_streaming_and_tampering_is_caught(
     Registry(load_config(s3_project).registry_url).register(
         toy_checkpoints["good"], "toy-model", stage="production", trust=TRUST
     )
-    assert weekly_eval(week="2026-W40", config=config, return_state=True).is_completed()
+    assert weekly_eval(week="2026-W40", config_path=config, return_state=True).is_completed()
     data = f"{remote}/toy/data/part-000.parquet"
     raw = bytearray(fs.cat_file(data))
     raw[len(raw) // 2] ^= 0x01
     fs.pipe_file(data, bytes(raw))
-    state = weekly_eval(week="2026-W41", config=config, return_state=True)
+    state = weekly_eval(week="2026-W41", config_path=config, return_state=True)
     assert state.is_failed()
     assert f"s3://{data}: evalset file changed since freeze" in state.message

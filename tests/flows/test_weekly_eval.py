@@ -19,7 +19,7 @@ from evalsentry.flows.evaluate_candidate import evaluate_candidate
 from evalsentry.flows.weekly_eval import weekly_eval
 from evalsentry.history import History
 from evalsentry.registry import Registry
-from evalsentry.tasks.evaluate import evaluate, on_device
+from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device
 from evalsentry.weeks import iso_week
 from tests.flows.api import task_runs
 from tests.flows.test_s3_store import s3_endpoint, s3_project  # noqa: F401 - fixtures, moto on loopback
@@ -58,9 +58,11 @@ def run_name(flow_run_id: object) -> str:
 
 def test_inference_is_tagged_gpu_only_on_cuda() -> None:
     """A CUDA device gets the ``gpu`` tag (for a tag concurrency limit); the CPU gets none."""
-    assert on_device(evaluate, "cuda:1").tags == {"gpu"}
-    assert on_device(evaluate, "cpu").tags == set()
-    assert on_device(evaluate, "auto").tags == ({"gpu"} if torch.cuda.is_available() else set())
+    assert on_device(evaluate_checkpoint, "cuda:1").tags == {"gpu"}
+    assert on_device(evaluate_checkpoint, "cpu").tags == set()
+    assert on_device(evaluate_checkpoint, "auto").tags == (
+        {"gpu"} if torch.cuda.is_available() else set()
+    )
 
 
 class TestWeeklyEval:
@@ -68,12 +70,12 @@ class TestWeeklyEval:
         self, toy_project: Path, toy_checkpoints: dict[str, Path]
     ) -> None:
         """Baseline, same model (Completed), then a degraded promotion: Failed, naming the drop."""
-        first = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
-        second = weekly_eval(week="2026-W41", config=str(toy_project), return_state=True)
+        first = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
+        second = weekly_eval(week="2026-W41", config_path=str(toy_project), return_state=True)
         registry = Registry(load_config(toy_project).registry_url)
         entry = registry.register(toy_checkpoints["degraded"], "toy-model", trust=TRUST)
         registry.promote("toy-model", entry.version, "production")
-        third = weekly_eval(week="2026-W42", config=str(toy_project), return_state=True)
+        third = weekly_eval(week="2026-W42", config_path=str(toy_project), return_state=True)
         assert (first.is_completed(), second.is_completed(), third.is_failed()) == (
             True,
             True,
@@ -91,7 +93,7 @@ class TestWeeklyEval:
         self, toy_project: Path, toy_checkpoints: dict[str, Path], train_data: Path
     ) -> None:
         """Same predictions, four times the work: the week is a WARN naming the slowdown."""
-        weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+        weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         slow = SlowNet()
         state = torch.load(toy_checkpoints["good"], weights_only=True)["model_state_dict"]
         slow.load_state_dict(state)
@@ -106,7 +108,7 @@ class TestWeeklyEval:
         registry = Registry(load_config(toy_project).registry_url)
         entry = registry.register(path, "toy-model", trust=TRUST)
         registry.promote("toy-model", entry.version, "production")
-        second = weekly_eval(week="2026-W41", config=str(toy_project), return_state=True)
+        second = weekly_eval(week="2026-W41", config_path=str(toy_project), return_state=True)
         assert second.is_completed()
         result = second.result()
         assert result["verdict"] == "WARN"
@@ -124,7 +126,7 @@ class TestWeeklyEval:
         inference task takes a ``gpu`` slot only on CUDA. The table is rounded; the link opens
         this run's HTML report, and says it is a file on the worker's host.
         """
-        state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+        state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         flow_run_id = state.state_details.flow_run_id
         name = run_name(flow_run_id)
         assert re.fullmatch(r"weekly-eval-2026-W40-backfill-[0-9a-f]{6}", name)
@@ -157,8 +159,8 @@ class TestWeeklyEval:
         self, toy_project: Path
     ) -> None:
         """Two manual runs of this week: two names, two report files, the week's copy the second's."""
-        first = weekly_eval(config=str(toy_project), return_state=True)
-        second = weekly_eval(config=str(toy_project), return_state=True)
+        first = weekly_eval(config_path=str(toy_project), return_state=True)
+        second = weekly_eval(config_path=str(toy_project), return_state=True)
         names = [run_name(s.state_details.flow_run_id) for s in (first, second)]
         pattern = rf"weekly-eval-{re.escape(iso_week())}-manual-[0-9a-f]{{6}}"
         assert all(re.fullmatch(pattern, n) for n in names) and names[0] != names[1]
@@ -178,7 +180,7 @@ class TestWeeklyEval:
         raw = bytearray(data.read_bytes())
         raw[len(raw) // 2] ^= 0x01
         data.write_bytes(bytes(raw))
-        state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+        state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         assert state.is_failed()
         assert "evalset invalid" in state.message and "part-000.parquet" in state.message
         assert "ERROR every checkpoint on toy" in state.message
@@ -193,7 +195,7 @@ class TestWeeklyEval:
     ) -> None:
         """Swapped classes or narrowed metrics, data untouched: Failed, naming the field; no rows."""
         edit(toy_evalset, **{field: value})
-        state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+        state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         assert state.is_failed()
         assert f"evalset.yaml: {field}: changed since freeze" in state.message
         assert history(toy_project).evaluations().empty
@@ -208,7 +210,7 @@ class TestWeeklyEval:
             broken, "other-model", stage="production", trust=TRUST
         )
         broken.write_bytes(broken.read_bytes()[:200])
-        state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+        state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         assert state.is_failed()
         assert "other-model" in state.message and "evaluation failed" in state.message
         frame = history(toy_project).evaluations().set_index("model")
@@ -222,17 +224,17 @@ class TestEvaluateCandidate:
         self, toy_project: Path, toy_checkpoints: dict[str, Path]
     ) -> None:
         """The flow twin of `evalsentry evaluate`: a worse candidate fails, a good one passes."""
-        weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+        weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         bad = evaluate_candidate(
             checkpoint=str(toy_checkpoints["degraded"]),
             model="toy-model",
-            config=str(toy_project),
+            config_path=str(toy_project),
             return_state=True,
         )
         good = evaluate_candidate(
             checkpoint=str(toy_checkpoints["good"]),
             model="toy-model",
-            config=str(toy_project),
+            config_path=str(toy_project),
             return_state=True,
         )
         assert bad.is_failed() and "vs production" in bad.message
@@ -252,7 +254,7 @@ class TestNothingToEvaluate:
     def test_a_mistyped_model_fails_the_run_with_a_did_you_mean(self, toy_project: Path) -> None:
         """`models=["toy-modle"]`: Failed, naming the model and the closest one; nothing recorded."""
         state = weekly_eval(
-            week="2026-W40", models=["toy-modle"], config=str(toy_project), return_state=True
+            week="2026-W40", models=["toy-modle"], config_path=str(toy_project), return_state=True
         )
         assert state.is_failed()
         assert state.message.startswith("2026-W40: ERROR nothing to evaluate | ")
@@ -266,7 +268,7 @@ class TestNothingToEvaluate:
         toy_project.write_text(
             toy_project.read_text().replace("registry: registry", "registry: none")
         )
-        state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+        state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         assert state.is_failed()
         assert "the registry holds no checkpoint; register one with `evalsentry register" in (
             state.message
@@ -276,7 +278,7 @@ class TestNothingToEvaluate:
 def test_a_store_that_is_a_file_fails_the_run_before_any_inference(toy_project: Path) -> None:
     """`store:` naming a file: Failed in seconds, naming it; no inference task ran."""
     (toy_project.parent / "store").write_text("not a folder")
-    state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+    state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
     assert state.is_failed()
     assert state.message.startswith("2026-W40: ERROR the store is unusable | ")
     assert "the store is a file, not a folder" in state.message
@@ -288,7 +290,7 @@ def test_a_store_that_is_a_file_fails_the_run_before_any_inference(toy_project: 
 @pytest.mark.parametrize("week", ["2026-49", "W49"])
 def test_malformed_week_is_refused(toy_project: Path, week: str) -> None:
     """A backfill week that is not an ISO week is refused before anything runs."""
-    state = weekly_eval(week=week, config=str(toy_project), return_state=True)
+    state = weekly_eval(week=week, config_path=str(toy_project), return_state=True)
     assert state.is_failed() and "ISO week" in state.message
 
 
@@ -318,7 +320,7 @@ class TestDrift:
         """A shifted live sample yields drift rows and an HTML report; the run still completes."""
         live = self.shifted_live_sample(toy_evalset, tmp_path)
         toy_project.write_text(toy_project.read_text() + f"drift:\n  live:\n    toy: {live}\n")
-        state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+        state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         assert state.is_completed()
         drift = history(toy_project).drift()
         assert set(drift["kind"]) == {"input", "prediction"}
@@ -335,7 +337,7 @@ class TestDrift:
         toy_project.write_text(
             toy_project.read_text() + f"drift:\n  fail_run: true\n  live:\n    toy: {live}\n"
         )
-        state = weekly_eval(week="2026-W40", config=str(toy_project), return_state=True)
+        state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         assert state.is_failed() and "DRIFT toy" in state.message
 
 
@@ -349,7 +351,7 @@ def test_an_s3_store_links_a_signed_url_a_browser_can_open(
     Registry(load_config(s3_project).registry_url).register(
         toy_checkpoints["good"], "toy-model", stage="production", trust=TRUST
     )
-    state = weekly_eval(week="2026-W40", config=str(s3_project), return_state=True)
+    state = weekly_eval(week="2026-W40", config_path=str(s3_project), return_state=True)
     assert state.is_completed(), state.message
     (link,) = asyncio.run(_artifacts(state.state_details.flow_run_id))["weekly-eval-report-file"]
     match = re.fullmatch(

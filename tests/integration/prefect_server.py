@@ -128,7 +128,7 @@ def trigger(env: Mapping[str, str], week: str, config: Path, *extra: str) -> str
         "--param",
         f"week={week}",
         "--param",
-        f"config={config}",
+        f"config_path={config}",
         *extra,
     )
     match = re.search(r"UUID:\s*([0-9a-f-]{36})", out)

@@ -98,7 +98,7 @@ with get_client(sync_client=True) as client:
     ) if r.auto_scheduled]):
         assert time.monotonic() < deadline, "the server's scheduler made no weekly-eval run"
         time.sleep(1)
-    client.update_flow_run(runs[0].id, parameters={**runs[0].parameters, "config": sys.argv[1]})
+    client.update_flow_run(runs[0].id, parameters={**runs[0].parameters, "config_path": sys.argv[1]})
     client.set_flow_run_state(runs[0].id, Scheduled(), force=True)
     print(runs[0].id)
 """

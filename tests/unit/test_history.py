@@ -17,6 +17,7 @@ import pytest
 
 from evalsentry.errors import HistoryError
 from evalsentry.history import SCHEMA_VERSION, History
+from evalsentry.names import CANDIDATE_CHECK, RUN_KINDS, STAGES, WEEKLY_RUN
 from evalsentry.weeks import iso_week
 from tests.synthetic import accuracy_mask, record_week
 
@@ -59,6 +60,24 @@ class TestFormat:
 
         assert iso_week(datetime(2026, 12, 2)) == "2026-W49"
         assert iso_week(datetime(2027, 1, 1)) == "2026-W53"
+
+
+class TestRunKinds:
+    def test_kinds_keep_the_values_histories_hold(self) -> None:
+        """The run kinds are named in code only: rows on disk keep reading as they were written."""
+        assert (WEEKLY_RUN, CANDIDATE_CHECK) == ("scheduled", "candidate")
+        assert set(RUN_KINDS) == {WEEKLY_RUN, CANDIDATE_CHECK}
+
+    def test_kind_and_stage_are_read_apart(self, store: Path) -> None:
+        """A weekly row of a registry candidate and a candidate check differ by kind, not stage."""
+        assert "candidate" in STAGES
+        history = History(str(store))
+        weekly = record_week(history, "2026-W40", accuracy_mask(N, 0.9), stage="candidate")
+        check = record_week(
+            history, "2026-W40", accuracy_mask(N, 0.9), stage="candidate", kind=CANDIDATE_CHECK
+        )
+        assert history.evaluations(kind=WEEKLY_RUN)["evaluation_id"].tolist() == [weekly]
+        assert history.evaluations(kind=CANDIDATE_CHECK)["evaluation_id"].tolist() == [check]
 
 
 class TestAppendOnly:

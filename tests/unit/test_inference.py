@@ -17,8 +17,8 @@ from evalsentry.freeze import freeze_evalset
 from evalsentry.inference import (
     ForwardRaised,
     OutputContractViolation,
-    evaluate,
     exception_line,
+    run_inference,
 )
 from tests.models import TRUST, RaisingNet
 
@@ -40,7 +40,7 @@ class TestOutputs:
         self, evalset: Evalset, good_model: nn.Module
     ) -> None:
         """Predictions, NLL, confidence and target rank equal what plain torch computes."""
-        result = evaluate(good_model, evalset, device="cpu", batch_size=64)
+        result = run_inference(good_model, evalset, device="cpu", batch_size=64)
         inputs, targets = evalset.tensors()
         with torch.no_grad():
             logits = good_model(inputs)
@@ -58,8 +58,8 @@ class TestOutputs:
         self, evalset: Evalset, good_model: nn.Module
     ) -> None:
         """One big batch and many small ones give the same outputs."""
-        small = evaluate(good_model, evalset, device="cpu", batch_size=7).columns
-        large = evaluate(good_model, evalset, device="cpu", batch_size=1024).columns
+        small = run_inference(good_model, evalset, device="cpu", batch_size=7).columns
+        large = run_inference(good_model, evalset, device="cpu", batch_size=1024).columns
         assert np.array_equal(small["prediction"], large["prediction"])
         assert np.allclose(small["loss"], large["loss"], atol=1e-6)
 
@@ -68,7 +68,7 @@ class TestOutputs:
     ) -> None:
         """The progress callback sees increasing counts ending at the evalset size."""
         seen: list[tuple[int, int]] = []
-        evaluate(
+        run_inference(
             good_model,
             evalset,
             device="cpu",
@@ -79,8 +79,8 @@ class TestOutputs:
 
     def test_bf16_autocast_runs_and_agrees(self, evalset: Evalset, good_model: nn.Module) -> None:
         """bf16 precision runs on the CPU and mostly agrees with fp32."""
-        fp32 = evaluate(good_model, evalset, device="cpu").columns["prediction"]
-        bf16 = evaluate(good_model, evalset, device="cpu", precision="bf16")
+        fp32 = run_inference(good_model, evalset, device="cpu").columns["prediction"]
+        bf16 = run_inference(good_model, evalset, device="cpu", precision="bf16")
         assert bf16.environment.precision == "bf16"
         assert (bf16.columns["prediction"] == fp32).mean() > 0.95
 
@@ -113,7 +113,7 @@ class TestFailures:
         """NaN/inf outputs are an error naming the examples that produced them."""
         bad = evalset.inputs.reshape(len(evalset), -1)[:, 0] > 1.5
         with pytest.raises(NonFiniteOutput) as err:
-            evaluate(NaNAfter(), evalset, device="cpu")
+            run_inference(NaNAfter(), evalset, device="cpu")
         assert err.value.count == int(bad.sum())
         assert err.value.example_ids == evalset.ids[bad][:10].tolist()
 
@@ -123,7 +123,7 @@ class TestFailures:
         """A CUDA OOM halves the batch size, logs it, and the evaluation still completes."""
         model = OOMAbove(limit=40)
         with caplog.at_level(logging.WARNING, logger="evalsentry.inference"):
-            result = evaluate(model, evalset, device="cpu", batch_size=256)
+            result = run_inference(model, evalset, device="cpu", batch_size=256)
         assert result.batch_size == 32 and result.oom_retries == 3
         assert result.num_examples == 300
         assert "retrying with batch size 128" in caplog.text
@@ -135,11 +135,11 @@ class TestFailures:
     def test_cuda_requested_without_cuda(self, evalset: Evalset, good_model: nn.Module) -> None:
         """Asking for CUDA where there is none is a clear usage error."""
         with pytest.raises(UsageError, match="CUDA is not available"):
-            evaluate(good_model, evalset, device="cuda")
+            run_inference(good_model, evalset, device="cuda")
 
     def test_auto_device_is_cpu_without_cuda(self, evalset: Evalset, good_model: nn.Module) -> None:
         """device='auto' picks CUDA when present, else the CPU."""
-        result = evaluate(good_model, evalset)
+        result = run_inference(good_model, evalset)
         assert result.environment.device == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -192,7 +192,7 @@ class TestOutputContract:
     ) -> None:
         """Anything but floating [N, C] logits is refused, naming what was expected and got."""
         with pytest.raises(OutputContractViolation) as err:
-            evaluate(Returns(make), evalset, device="cpu")
+            run_inference(Returns(make), evalset, device="cpu")
         assert err.value.expected == (
             "float logits of shape [300, 3] (one column per class of 'toy', in order: 0, 1, 2)"
         )
@@ -201,7 +201,7 @@ class TestOutputContract:
 
     def test_bf16_logits_fit_the_contract(self, evalset: Evalset) -> None:
         """Half-precision logits are floating: accepted."""
-        result = evaluate(Returns(lambda n: torch.zeros(n, 3, dtype=torch.bfloat16)), evalset)
+        result = run_inference(Returns(lambda n: torch.zeros(n, 3, dtype=torch.bfloat16)), evalset)
         assert result.num_examples == 300
 
     @pytest.mark.parametrize("shape", [(5,), (5, 1)])
@@ -209,7 +209,9 @@ class TestOutputContract:
         self, regression_evalset: Evalset, shape: tuple[int, ...]
     ) -> None:
         """Regression predictions may be [N] or [N, 1]."""
-        result = evaluate(Returns(lambda n: torch.ones(shape)), regression_evalset, device="cpu")
+        result = run_inference(
+            Returns(lambda n: torch.ones(shape)), regression_evalset, device="cpu"
+        )
         assert result.columns["prediction"].tolist() == [1.0] * 5
 
     def test_regression_refuses_several_values_per_example(
@@ -221,12 +223,12 @@ class TestOutputContract:
             match=r"expected float predictions of shape \[5\] or \[5, 1\] \(one per example\), "
             r"got a float32 tensor of shape \[5, 2\]",
         ):
-            evaluate(Returns(lambda n: torch.ones(n, 2)), regression_evalset, device="cpu")
+            run_inference(Returns(lambda n: torch.ones(n, 2)), regression_evalset, device="cpu")
 
     def test_a_raising_forward_is_named_with_its_batch(self, evalset: Evalset) -> None:
         """An exception from forward becomes ForwardRaised: type, message and first example."""
         with pytest.raises(ForwardRaised) as err:
-            evaluate(RaisingNet(), evalset, device="cpu", batch_size=100)
+            run_inference(RaisingNet(), evalset, device="cpu", batch_size=100)
         assert str(err.value) == (
             "the model's forward raised RuntimeError: boom: this forward is broken "
             "(batch starting at example 0)"

@@ -66,7 +66,7 @@ class TestInit:
             assert module.startswith("evalsentry.flows.") and ".py" not in module
             assert isinstance(getattr(importlib.import_module(module), attr), Flow)
             assert deployment["work_pool"]["name"] == "gpu"
-            assert deployment["parameters"]["config"] == "evalsentry.yaml"
+            assert deployment["parameters"]["config_path"] == "evalsentry.yaml"
         (schedule,) = deployments["weekly-eval"]["schedules"]
         assert (schedule["cron"], schedule["timezone"]) == ("0 6 * * 1", "UTC")
 

@@ -19,7 +19,12 @@ from torch import nn
 from evalsentry.cli import main
 from evalsentry.evalsets import Evalset, InputsSpec, load_evalset, read_spec
 from evalsentry.freeze import freeze_evalset
-from evalsentry.inference import ForwardRaised, InputMismatch, OutputContractViolation, evaluate
+from evalsentry.inference import (
+    ForwardRaised,
+    InputMismatch,
+    OutputContractViolation,
+    run_inference,
+)
 from tests.models import TinyNet
 
 DIGITS = Path(__file__).parents[2] / "evalsets" / "digits"
@@ -244,7 +249,7 @@ class TestInputMismatch:
         """A 13-feature model on 30 columns raising before its first layer: both shapes, one line."""
         evalset = features(tmp_path, 30, name="cancer")
         with pytest.raises(InputMismatch) as err:
-            evaluate(Scaled(13), evalset, device="cpu", batch_size=16)
+            run_inference(Scaled(13), evalset, device="cpu", batch_size=16)
         assert str(err.value) == (
             "input shape mismatch: the model's first layer (Linear 'net.0') takes 13 features, "
             "got float32 [16, 30]; the evalset 'cancer' gives float32 [N, 30] (30 feature "
@@ -257,7 +262,7 @@ class TestInputMismatch:
         """A TinyNet for 4 features on 6 columns: the Linear that raised is named."""
         evalset = features(tmp_path, 6)
         with pytest.raises(InputMismatch) as err:
-            evaluate(TinyNet(features=4, classes=2), evalset, device="cpu")
+            run_inference(TinyNet(features=4, classes=2), evalset, device="cpu")
         assert err.value.layer == "the model's first layer (Linear 'body.0')"
         assert (err.value.expects, err.value.got) == ("4 features", "float32 [40, 6]")
 
@@ -281,7 +286,7 @@ class TestInputMismatch:
             inputs=InputsSpec(column="img", shape=[1, 4, 4]),
         )
         with pytest.raises(InputMismatch) as err:
-            evaluate(Conv(3), load_evalset(tmp_path / "img"), device="cpu")
+            run_inference(Conv(3), load_evalset(tmp_path / "img"), device="cpu")
         assert err.value.layer == "the model's first layer (Conv2d 'conv')"
         assert err.value.expects == "3 channels as [N, C, H, W]"
         assert err.value.got == "float32 [10, 1, 4, 4]"
@@ -294,7 +299,7 @@ class TestInputMismatch:
         evalset = features(tmp_path, 4)
         model = nn.Sequential(nn.Linear(4, 5), nn.Linear(6, 2))
         with pytest.raises(InputMismatch) as err:
-            evaluate(model, evalset, device="cpu")
+            run_inference(model, evalset, device="cpu")
         assert err.value.layer == "the model's layer (Linear '1')"
         assert err.value.got == "float32 [40, 5]"
         assert err.value.gives.endswith(", this batch float32 [40, 4]")
@@ -305,7 +310,7 @@ class TestInputMismatch:
         evalset = features(tmp_path, 4)
         model = nn.Sequential(nn.Embedding(100, 2), nn.Flatten(), nn.Linear(8, 2))
         with pytest.raises(InputMismatch) as err:
-            evaluate(model, evalset, device="cpu")
+            run_inference(model, evalset, device="cpu")
         assert err.value.expects == "integer token ids 0..99"
 
     def test_a_forward_that_raises_for_another_reason_stays_forward_raised(
@@ -319,7 +324,7 @@ class TestInputMismatch:
                 raise ValueError("no")
 
         with pytest.raises(ForwardRaised, match="ValueError: no"):
-            evaluate(Picky(features=4, classes=2), features(tmp_path, 4), device="cpu")
+            run_inference(Picky(features=4, classes=2), features(tmp_path, 4), device="cpu")
 
     def test_no_diagnosis_runs_when_the_forward_succeeds_and_no_hook_is_left(
         self, tmp_path: Path
@@ -327,11 +332,11 @@ class TestInputMismatch:
         """A good model runs once per batch; a refused one keeps no hooks after the diagnosis."""
         evalset = features(tmp_path, 4)
         good = Counting(TinyNet(features=4, classes=2))
-        evaluate(good, evalset, device="cpu", batch_size=16)
+        run_inference(good, evalset, device="cpu", batch_size=16)
         assert good.calls == 3  # 40 rows in batches of 16: no extra forward
         bad = TinyNet(features=3, classes=2)
         with pytest.raises(InputMismatch):
-            evaluate(bad, evalset, device="cpu")
+            run_inference(bad, evalset, device="cpu")
         assert all(not m._forward_pre_hooks and not m._forward_hooks for m in bad.modules())
 
 
@@ -340,7 +345,7 @@ class TestOutputs:
         """Logits of the wrong width: expected [N, C] with the evalset's classes, and what came."""
         evalset = features(tmp_path, 4, name="pairs")
         with pytest.raises(OutputContractViolation) as err:
-            evaluate(TinyNet(features=4, classes=3), evalset, device="cpu", batch_size=8)
+            run_inference(TinyNet(features=4, classes=3), evalset, device="cpu", batch_size=8)
         assert str(err.value) == (
             "model output breaks the contract: expected float logits of shape [8, 2] (one "
             "column per class of 'pairs', in order: 0, 1), got a float32 tensor of shape [8, 3]"
@@ -358,7 +363,7 @@ class TestOutputs:
             inputs=InputsSpec(columns=["a"]),
         )
         with pytest.raises(OutputContractViolation) as err:
-            evaluate(nn.Linear(1, 5), load_evalset(tmp_path / "twelve"), device="cpu")
+            run_inference(nn.Linear(1, 5), load_evalset(tmp_path / "twelve"), device="cpu")
         assert err.value.expected.endswith(
             "in order: 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ... (12 in all))"
         )

@@ -17,7 +17,7 @@ from evalsentry.config import Config
 from evalsentry.cost import CostMeter, Measurement, cost_fields
 from evalsentry.evalsets import load_evalset
 from evalsentry.history import History
-from evalsentry.inference import evaluate
+from evalsentry.inference import run_inference
 from evalsentry.isolation import idle_pids, prestart, shutdown
 from evalsentry.pipeline import Outcome, Target, evaluate_checkpoint, new_run_id, record
 from evalsentry.storage import sha256_file
@@ -242,7 +242,7 @@ class TestIsolation:
     ) -> None:
         """The child's per-example outputs are exactly what the model gives in this process."""
         outcome = run_one(toy_checkpoints["degraded"], toy_evalset, tmp_path)
-        here = evaluate(
+        here = run_inference(
             load_checkpoint(toy_checkpoints["degraded"], trust=TRUST).model,
             load_evalset(toy_evalset),
             device="cpu",

@@ -43,7 +43,7 @@ def run(
         models=model,
         evalsets=evalset,
         device=device,
-        config=str(config),
+        config_path=str(config),
         return_state=True,
     )
     typer.echo(import_flow("evalsentry.flows.runs", "outcome_line")(state))
