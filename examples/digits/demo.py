@@ -47,6 +47,8 @@ def tell_story(folder: Path) -> list[tuple[str, Any]]:
         f"store: store\nregistry: registry\nevalsets: {EVALSETS}\n"
         f"trusted_factories: [{TRUSTED_MODULE}]\n"
         f"drift:\n  live:\n    digits: {LIVE_SAMPLE}\n"
+        # Pixels: the share of bright ones is a feature worth watching besides the defaults.
+        "  features:\n    digits: [mean, std, min, max, share_above_half_max]\n"
         # What the lifetime bill needs beyond the meters: expected traffic, declared costs.
         "traffic:\n  digits:\n    requests_per_day: 1000000\n"
         "cost:\n  recurring:\n"
@@ -78,7 +80,11 @@ def tell_story(folder: Path) -> list[tuple[str, Any]]:
         registry.promote(MODEL, version, "production")
         _say(f"Week {number} ({week}): {MODEL}@v{version} in production")
         state = weekly_eval(
-            week=week, models=[MODEL], stages=("production",), config=str(config), return_state=True
+            week=week,
+            models=[MODEL],
+            stages=("production",),
+            config_path=str(config),
+            return_state=True,
         )
         print(outcome_line(state))
         results.append((week, state))

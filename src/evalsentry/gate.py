@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evalsentry.config import GatePolicy
-from evalsentry.errors import did_you_mean
+from evalsentry.errors import UsageError, did_you_mean
 from evalsentry.history import History
 from evalsentry.metrics import OVERALL, metric_names, slice_columns, slice_masks
+from evalsentry.names import WEEKLY_RUN
 from evalsentry.verdicts import SEVERITY, Comparison, GateReport, Reference, Verdict
 from evalsentry.weeks import latest_week
 
@@ -286,7 +287,7 @@ def _spec_for(current: pd.Series, evalsets_dir: str | None) -> tuple[list[str], 
 
 def gate_week(
     history: History,
-    week: str,
+    week: str | None,
     policy: GatePolicy,
     *,
     model: str | None = None,
@@ -299,10 +300,23 @@ def gate_week(
     Evaluations that failed (status ``error``) are ERROR; candidates of the week are compared
     with the week's production result for information (they do not gate the week). ``model``
     or ``models`` restricts the gate to those model lines (a run of some models only).
+    ``week`` None means the latest week of these results, else the latest of any (so that the
+    gate can say what is missing); the history is read once for it.
+
+    Raises:
+        UsageError: ``week`` is None and the history holds no weekly evaluation.
     """
-    frame = history.evaluations(model=model, evalset=evalset, kind="scheduled")
+    frame = history.evaluations(model=model, evalset=evalset, kind=WEEKLY_RUN)
     if models:
         frame = frame[frame["model"].isin(list(models))]
+    if week is None:
+        week = latest_week(frame["week"]) or latest_week(
+            history.evaluations(kind=WEEKLY_RUN)["week"]
+        )
+        if week is None:
+            raise UsageError(
+                f"{history.root}: the history holds no weekly evaluation yet; run one first"
+            )
     comparisons: list[Comparison] = []
     this_week = frame[frame["week"] == week]
     if this_week.empty:  # nothing evaluated is never a pass
@@ -367,16 +381,15 @@ def nothing_evaluated(
     scope = f"no result of week {week}"
     scope += f" for model {', '.join(names)}" if names else ""
     scope += f" on evalset {evalset}" if evalset else ""
-    recorded = history.evaluations(kind="scheduled")
-    hints = [
-        f"model {name!r} has none in any week.{did_you_mean(name, recorded['model'])}"
-        for name in names
-        if name not in set(recorded["model"])
-    ]
+    recorded = history.evaluations(kind=WEEKLY_RUN)
+
+    def never(kind: str, name: str) -> str:
+        suggestion = did_you_mean(name, recorded[kind])
+        return f"{kind} {name!r} has none in any week" + (f".{suggestion}" if suggestion else "")
+
+    hints = [never("model", name) for name in names if name not in set(recorded["model"])]
     if evalset and evalset not in set(recorded["evalset"]):
-        hints.append(
-            f"evalset {evalset!r} has none in any week.{did_you_mean(evalset, recorded['evalset'])}"
-        )
+        hints.append(never("evalset", evalset))
     latest = latest_week(recorded["week"])
     hints.append(
         f"the latest week with results is {latest}"
@@ -416,7 +429,7 @@ def gate_candidate(
     production, a candidate as bad still fails against the baseline.
     """
     frame = history.evaluations(
-        model=candidate["model"], evalset=candidate["evalset"], kind="scheduled"
+        model=candidate["model"], evalset=candidate["evalset"], kind=WEEKLY_RUN
     )
     production = frame[(frame["status"] == "ok") & (frame["stage"] == "production")]
     if production.empty:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -226,11 +227,8 @@ class TestPinnedFields:
         """`evalset list` tells version-2 evalsets from older ones."""
         shutil.copytree(DIGITS, fresh / "evalsets" / "digits")
         assert main(["evalset", "list", "--config", str(fresh / "evalsentry.yaml")]) == 0
-        cells = [
-            [cell.strip() for cell in line.split("│")]
-            for line in capsys.readouterr().out.splitlines()
-        ]
-        identity = {row[1]: row[6] for row in cells if len(row) > 7}
+        cells = [re.split(r" {2,}", line) for line in capsys.readouterr().out.splitlines()]
+        identity = {row[0]: row[5] for row in cells if len(row) == 7}
         assert identity["toy"] == "v2" and identity["digits"] == "v1 sealed"
 
 

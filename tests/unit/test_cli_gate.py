@@ -220,22 +220,37 @@ class TestGateCommand:
         assert "holds no weekly evaluation yet" in capsys.readouterr().err
         assert main(["gate", "--config", config(project), "--week", "2026-49"]) == 2
 
-    def test_gate_imports_neither_torch_nor_gx_nor_prefect(self, project: Path) -> None:
-        """The gate reads the history only; heavy frameworks stay unloaded."""
+    def test_the_typer_app_lists_and_forwards_the_gate(
+        self, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`evalsentry --help` lists the gate; the app's own `gate` runs the same command."""
+        from typer.testing import CliRunner
+
+        from evalsentry.cli import app
+
+        assert main(["--help"]) == 0
+        assert "Gate a week's results against the previous week" in capsys.readouterr().out
         drop_weeks(project)
-        code = (
-            "import sys; from evalsentry.cli import main;"
-            f"rc = main(['gate', '--config', {config(project)!r}]);"
-            "print(rc, sorted(m for m in ('torch', 'great_expectations', 'prefect') if m in sys.modules))"
+        forwarded = CliRunner().invoke(app, ["gate", "--config", config(project), "--slices"])
+        assert forwarded.exit_code == 1
+        assert forwarded.stdout.count("❌ FAIL (report only)") == 8
+
+    def test_the_program_flushes_its_output_and_exits_with_the_verdict(self, project: Path) -> None:
+        """`python -m evalsentry.cli gate` (the program, which skips interpreter teardown) still
+        prints everything into a pipe and exits 1 on a regression, 0 on the week before."""
+        drop_weeks(project)
+        program = [sys.executable, "-m", "evalsentry.cli", "gate", "--config", config(project)]
+        buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+        failed = subprocess.run(program, capture_output=True, text=True, check=False, env=buffered)
+        assert failed.returncode == 1
+        assert failed.stdout.startswith("evalsentry gate 2026-W42: FAIL\n")
+        assert failed.stdout.count("❌ FAIL") == 4
+        assert failed.stderr.startswith("error: 2026-W42: FAIL")
+        passed = subprocess.run(
+            [*program, "--week", "2026-W41"], capture_output=True, text=True, env=buffered
         )
-        result = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).parents[2],
-        )
-        assert result.stdout.strip().splitlines()[-1] == "1 []"
+        assert passed.returncode == 0 and passed.stderr == ""
+        assert passed.stdout.rstrip().endswith("2026-W41: PASS, 0 warning(s)")
 
 
 class TestHistoryAndBaseline:

@@ -18,7 +18,8 @@ HEAVY = ("torch", "great_expectations", "prefect", "scipy", "sklearn", "s3fs")
 
 
 def test_gate_command_loads_no_heavy_module(tmp_path: Path) -> None:
-    """`evalsentry gate` on a recorded local history runs without torch, GX, Prefect or scipy."""
+    """`evalsentry gate` on a recorded local history runs without torch, GX, Prefect or scipy,
+    and without Typer or Rich (it parses and prints on its own)."""
     history = History(str(tmp_path / "store"))
     correct = accuracy_mask(200, 0.9)
     record_week(history, "2026-W40", correct)
@@ -28,7 +29,7 @@ def test_gate_command_loads_no_heavy_module(tmp_path: Path) -> None:
         "import sys\n"
         "from evalsentry.cli import main\n"
         "code = main(['gate', '--model', 'm'])\n"
-        f"loaded = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
+        f"loaded = sorted(m for m in {(*HEAVY, 'typer', 'rich')!r} if m in sys.modules)\n"
         "print('LOADED', loaded, 'EXIT', code, file=sys.stderr)\n"
     )
     out = subprocess.run(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,7 @@ def listing(capsys: pytest.CaptureFixture[str]) -> dict[str, list[str]]:
     assert main(["registry", "list"]) == 0
     rows = {}
     for line in capsys.readouterr().out.splitlines():
-        cells = [c.strip() for c in line.strip().strip("│").split("│")]
+        cells = re.split(r" {2,}", line)
         if cells and "@v" in cells[0]:
             rows[cells[0]] = cells
     return rows

@@ -1,7 +1,5 @@
 """``python -m evalsentry.cli``."""
 
-import sys
+from evalsentry.cli import entry
 
-from evalsentry.cli import main
-
-sys.exit(main())
+entry()

@@ -11,10 +11,10 @@ from evalsentry.cli._app import (
     ConfigOption,
     _config,
     _csv,
-    _print_table,
     _short,
     evalset_app,
 )
+from evalsentry.cli.output import print_table
 from evalsentry.errors import UsageError
 
 
@@ -117,7 +117,7 @@ def evalset_verify(
         for o in summary.outcomes
     ]
     columns = ["", "expectation", "column", "observed", "unexpected", "examples"]
-    _print_table(f"Evalset {name}: files match the manifest", columns, rows)
+    print_table(f"Evalset {name}: files match the manifest", columns, rows)
     if not summary.success:
         typer.echo(
             f"error: evalset {name!r} fails {summary.failed} of {summary.evaluated} expectations",
@@ -173,7 +173,7 @@ def evalset_list(config: ConfigOption = None) -> None:
         ]
         for s in specs
     ]
-    _print_table(
+    print_table(
         f"Evalsets in {root}",
         ["name", "version", "task", "rows", "sha256", "identity", "frozen"],
         rows,

@@ -12,11 +12,11 @@ from evalsentry.cli._app import (
     ConfigOption,
     _config,
     _json_arg,
-    _print_table,
     _registry,
     app,
     registry_app,
 )
+from evalsentry.cli.output import print_table
 from evalsentry.errors import UsageError
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ def registry_list(
         "trained",
         "registered",
     ]
-    _print_table("Registered checkpoints", columns, rows)
+    print_table("Registered checkpoints", columns, rows)
 
 
 @registry_app.command("show")

@@ -3,58 +3,41 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from evalsentry.cli import gate as gate_command
 from evalsentry.cli._app import (
     ConfigOption,
     JunitOption,
     MarkdownOption,
     SlicesOption,
     StrictOption,
-    _emit_gate,
     _history,
-    _print_table,
     app,
     baseline_app,
     history_app,
 )
+from evalsentry.cli.gate import emit_gate
+from evalsentry.cli.output import print_table
 from evalsentry.errors import UsageError
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-@app.command()
-def gate(
-    week: Annotated[
-        str | None, typer.Option(help="ISO week, e.g. 2026-W49 (default: the latest recorded).")
-    ] = None,
-    model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
-    evalset: Annotated[str | None, typer.Option(help="Only this evalset.")] = None,
-    junit: JunitOption = None,
-    markdown: MarkdownOption = None,
-    slices: SlicesOption = False,
-    strict: StrictOption = False,
-    config: ConfigOption = None,
-) -> None:
-    """Gate a week's results against the previous week and the baseline (reads the history only).
+    from evalsentry.config import Config
+    from evalsentry.history import History
 
-    Exit 0 pass, warn or inconclusive; 1 a regression (or, with --strict, an inconclusive
-    comparison); 2 not comparable or unusable input.
-    """
-    from evalsentry.gate import gate_week
-    from evalsentry.weeks import check_week
 
-    settings, history = _history(config)
-    week = week or _latest_week(settings, history, model, evalset)
-    report = gate_week(
-        history,
-        check_week(week),
-        settings.gate,
-        model=model,
-        evalset=evalset,
-        evalsets_dir=settings.evalsets_dir,
-    )
-    raise typer.Exit(_emit_gate(report, markdown, junit, slices, strict))
+@app.command(
+    help=f"{gate_command.HELP}\n\n{gate_command.EPILOG}",
+    add_help_option=False,
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
+def gate(ctx: typer.Context) -> None:
+    """Listed here for ``evalsentry --help``; ``main`` runs ``evalsentry gate`` without Typer."""
+    raise typer.Exit(gate_command.gate(ctx.args))
 
 
 @app.command("evaluate")
@@ -108,7 +91,7 @@ def evaluate_command(
         revalidate=revalidate,
     )
     report = run.report
-    raise typer.Exit(_emit_gate(report, markdown, junit, slices))
+    raise typer.Exit(emit_gate(report, markdown, junit, slices))
 
 
 @history_app.command("compact")
@@ -124,23 +107,7 @@ def history_compact(config: ConfigOption = None) -> None:
         )
 
 
-def _latest_week(
-    settings: Any, history: Any, model: str | None = None, evalset: str | None = None
-) -> str:
-    """The latest week of these weekly results, else of any (so the gate can say what is missing)."""
-    from evalsentry.weeks import latest_week
-
-    week = latest_week(
-        history.evaluations(model=model, evalset=evalset, kind="scheduled")["week"]
-    ) or latest_week(history.evaluations(kind="scheduled")["week"])
-    if week is None:
-        raise UsageError(
-            f"{settings.store_url}: the history holds no weekly evaluation yet; run one first"
-        )
-    return week
-
-
-def _last_weeks(evaluations: Any, weeks: int) -> Any:
+def _last_weeks(evaluations: pd.DataFrame, weeks: int) -> pd.DataFrame:
     """The rows of the last ``weeks`` weeks that have any (ordered as dates, not as text)."""
     from evalsentry.weeks import weeks_in_order
 
@@ -207,7 +174,7 @@ def history(
             ]
             for r in joined.itertuples(index=False)
         ]
-        _print_table("History", [*shown, "value", "95% CI", "n", "status"], rows)
+        print_table("History", [*shown, "value", "95% CI", "n", "status"], rows)
 
 
 @app.command()
@@ -253,12 +220,10 @@ def cost(
         ]
         for r in bill.itertuples(index=False)
     ]
-    _print_table(
-        f"Cost by {by}", [by, "evaluations", "device time", "energy", "CO2", "money"], rows
-    )
+    print_table(f"Cost by {by}", [by, "evaluations", "device time", "energy", "CO2", "money"], rows)
 
 
-def _print_lifetime(settings: Any, store: Any) -> None:
+def _print_lifetime(settings: Config, store: History) -> None:
     from evalsentry.bill import lifetime, lifetime_table
 
     bill = lifetime(store, settings)
@@ -267,7 +232,7 @@ def _print_lifetime(settings: Any, store: Any) -> None:
             "nothing to bill yet: no evaluation in the history, no training cost in the "
             "registry's lineage and no cost.recurring item"
         )
-    _print_table("Lifetime bill to date", *lifetime_table(bill.lines))
+    print_table("Lifetime bill to date", *lifetime_table(bill.lines))
     for line in bill.lines:
         typer.echo(line.in_words())
     for note in bill.notes:
@@ -292,8 +257,13 @@ def report(
     from evalsentry.weeks import check_week
 
     settings, store = _history(config)
-    week = week or _latest_week(settings, store)
-    gated = gate_week(store, check_week(week), settings.gate, evalsets_dir=settings.evalsets_dir)
+    gated = gate_week(
+        store,
+        check_week(week) if week is not None else None,
+        settings.gate,
+        evalsets_dir=settings.evalsets_dir,
+    )
+    week = gated.week
     html = render_report(store, gated, bill=lifetime(store, settings))
     if out is not None:
         out.write_text(html, encoding="utf-8")
@@ -324,8 +294,10 @@ def baseline_show(
     config: ConfigOption = None,
 ) -> None:
     """Show the baseline week of a model line (pinned, or the first recorded week)."""
+    from evalsentry.names import WEEKLY_RUN
+
     _, store = _history(config)
-    week, pinned = store.baseline(model, store.evaluations(model=model, kind="scheduled")["week"])
+    week, pinned = store.baseline(model, store.evaluations(model=model, kind=WEEKLY_RUN)["week"])
     if week is None:
         raise UsageError(f"no evaluation of {model!r} is recorded yet")
     typer.echo(f"{model}: baseline {week} ({'pinned' if pinned else 'first recorded week'})")
