@@ -70,7 +70,9 @@ def run(rounds: int = 3) -> dict[str, float]:
                 seconds, rss = timed([*command, *extra], str(root), env)
                 walls[kind].append(seconds)
                 peak = max(peak, rss)
-        rows = History(str(root / "store")).evaluations(kind=CANDIDATE_CHECK, include_superseded=True)
+        rows = History(str(root / "store")).evaluations(
+            kind=CANDIDATE_CHECK, include_superseded=True
+        )
         evaluation = float(statistics.median(rows["wall_s"]))
     for kind, values in walls.items():
         wall = statistics.median(values)

@@ -35,6 +35,7 @@ from evalsentry.names import WEEKLY_RUN, RunKind
 from evalsentry.weeks import now_utc
 
 if TYPE_CHECKING:
+    from evalsentry.drift import DriftResult
     from evalsentry.evalsets import Evalset
     from evalsentry.inference import ProgressFn
     from evalsentry.registry import Registry, RegistryEntry
@@ -414,7 +415,7 @@ def record(history: History, outcomes: Sequence[Outcome]) -> None:
 
 def live_drift(
     evalset: Evalset, outcomes: Sequence[Outcome], *, config: Config, device: str = "auto"
-) -> list[Any]:
+) -> list[DriftResult]:
     """Drift of the evalset's live sample (if configured): inputs, and each production model's predictions."""
     from evalsentry.checkpoint import load_checkpoint
     from evalsentry.drift import input_drift, prediction_drift, read_live

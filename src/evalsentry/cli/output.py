@@ -13,8 +13,14 @@ def echo(text: str, *, err: bool = False) -> None:
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """A titled table as aligned plain-text columns, never cut to the terminal's width."""
-    cells = [[str(c) for c in columns], *([str(v) for v in row] for row in rows)]
+    """A titled table as aligned plain-text columns, never cut to the terminal's width.
+
+    A cell is one line: line breaks inside a value print as spaces.
+    """
+    cells = [
+        [str(c) for c in columns],
+        *([" ".join(str(v).split("\n")) for v in row] for row in rows),
+    ]
     widths = [max(_width(row[i]) for row in cells) for i in range(len(columns))]
 
     def line(row: Sequence[str]) -> str:
