@@ -1,8 +1,10 @@
-"""`make bench`: every benchmark in one run, as a Markdown table and JSON under bench/results/.
+"""`make bench`: every benchmark in one run, as Markdown and JSON under bench/results/.
 
-    python -m bench [--quick]
+    python -m bench [--quick] [--only pipeline,cold_start]
 
-Ratios compare against baselines measured in the same run (these machines are noisy).
+Ratios compare against baselines measured in the same run (these machines are noisy): each
+benchmark's own. ``--only`` runs some again and keeps the others' latest results; every
+benchmark's section says when it ran.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import platform
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from bench import (
     bench_candidate,
@@ -54,37 +57,49 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     parser.add_argument(
         "--only",
-        help=f"comma-separated benchmarks to run, of: {', '.join(BENCHMARKS)} (default: all)",
+        help=f"comma-separated benchmarks to run, of: {', '.join(BENCHMARKS)} (default: all); "
+        "the others' latest results are kept",
     )
     args = parser.parse_args()
     chosen = [b.strip() for b in args.only.split(",")] if args.only else list(BENCHMARKS)
     unknown = sorted(set(chosen) - set(BENCHMARKS))
     if unknown:
         parser.error(f"--only: unknown {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
-    results: dict[str, float] = {}
-    for done, name in enumerate(chosen, 1):
-        results.update(BENCHMARKS[name](args.quick))
-        table = write(results, chosen[:done])  # after each: a run cut short keeps what it measured
+    sections = _kept_sections() if args.only else {}
+    for name in chosen:
+        results = BENCHMARKS[name](args.quick)
+        sections[name] = {
+            "when": datetime.now(UTC).isoformat(timespec="seconds"),
+            "results": results,
+        }
+        table = write(sections)  # after each: a run cut short keeps what it measured
     print("\n".join(table))
 
 
-def write(results: dict[str, float], ran: list[str]) -> list[str]:
-    """``bench/results/latest.json`` and ``latest.md`` for the benchmarks that ran; the table."""
+def _kept_sections() -> dict[str, dict[str, Any]]:
+    """The per-benchmark results of ``latest.json``, to keep beside a run of some benchmarks."""
+    try:
+        document = json.loads((RESULTS / "latest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    kept = document.get("benchmarks")
+    return dict(kept) if isinstance(kept, dict) else {}  # an older layout: start afresh
+
+
+def write(sections: dict[str, dict[str, Any]]) -> list[str]:
+    """``bench/results/latest.json`` and ``latest.md``: each benchmark's latest results, with
+    when it ran (same-run ratios are within one benchmark's section); the Markdown lines."""
     RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now(UTC).isoformat(timespec="seconds")
-    document = {
-        "when": stamp,
-        "benchmarks": ran,
-        "machine": f"{platform.machine()} {platform.processor()}",
-        "results": results,
-    }
+    ordered = {name: sections[name] for name in BENCHMARKS if name in sections}
+    document = {"machine": f"{platform.machine()} {platform.processor()}", "benchmarks": ordered}
     (RESULTS / "latest.json").write_text(json.dumps(document, indent=2) + "\n")
-    table = ["| benchmark | value |", "|---|---|"] + [
-        f"| {k} | {v:.4g} |" for k, v in results.items()
-    ]
-    heading = f"# Benchmarks ({stamp}): {', '.join(ran)}"
-    (RESULTS / "latest.md").write_text(heading + "\n\n" + "\n".join(table) + "\n")
-    return table
+    lines = ["# Benchmarks", ""]
+    for name, section in ordered.items():
+        lines += [f"## {name} ({section['when']})", "", "| benchmark | value |", "|---|---|"]
+        lines += [f"| {k} | {v:.4g} |" for k, v in section["results"].items()]
+        lines.append("")
+    (RESULTS / "latest.md").write_text("\n".join(lines))
+    return lines
 
 
 if __name__ == "__main__":

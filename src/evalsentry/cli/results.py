@@ -19,7 +19,6 @@ from evalsentry.cli._app import (
     baseline_app,
     history_app,
 )
-from evalsentry.cli.gate import emit_gate
 from evalsentry.cli.output import print_table
 from evalsentry.errors import UsageError
 
@@ -91,7 +90,7 @@ def evaluate_command(
         revalidate=revalidate,
     )
     report = run.report
-    raise typer.Exit(emit_gate(report, markdown, junit, slices))
+    raise typer.Exit(gate_command.emit_gate(report, markdown, junit, slices))
 
 
 @history_app.command("compact")
