@@ -274,7 +274,7 @@ def weekly_eval(
     try:
         check_bindings(settings, available)
     except ConfigError as exc:
-        return fail(f"{week}: ERROR a model is bound to a missing evalset", [str(exc)])
+        return fail(f"{week}: ERROR the config does not fit the evalsets", [str(exc)])
     pairs, unbound = pair_targets(targets, settings, available, evalsets)
     # A named evalset that does not exist is validated anyway: its ERROR says so.
     names = sorted({name for _, name in pairs} | set(evalsets or ()) - set(available))

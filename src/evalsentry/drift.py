@@ -26,7 +26,7 @@ from evalsentry.storage import filesystem
 from evalsentry.verdicts import Verdict
 
 if TYPE_CHECKING:
-    from evalsentry.evalsets import Evalset
+    from evalsentry.evalsets import Evalset, EvalsetSpec
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def feature_table(
     return {name: ROW_SUMMARIES[name](flat, scale) for name in summaries}
 
 
-def row_summaries(evalset: Evalset, policy: DriftPolicy) -> tuple[str, ...]:
+def row_summaries(spec: EvalsetSpec, policy: DriftPolicy) -> tuple[str, ...]:
     """The per-row summaries a tensor evalset's drift is measured on.
 
     Its ``drift.features`` entry, else ``DEFAULT_ROW_SUMMARIES``.
@@ -139,12 +139,12 @@ def row_summaries(evalset: Evalset, policy: DriftPolicy) -> tuple[str, ...]:
         EvalsetError: the entry names features of an evalset with named input columns, whose
             features are its columns.
     """
-    name, columns = evalset.spec.name, evalset.spec.inputs.columns
+    name, columns = spec.name, spec.inputs.columns
     listed = policy.features.get(name)
     if listed is not None and columns is not None:
         raise EvalsetError(
-            f"drift.features.{name}: {name} has named input columns ({', '.join(columns)}), "
-            f"which are its drift features; remove drift.features.{name}"
+            f"drift.features.{name}: {name}'s inputs are {len(columns)} named columns, which "
+            f"are its drift features; remove drift.features.{name}"
         )
     return tuple(listed) if listed is not None else DEFAULT_ROW_SUMMARIES
 
@@ -186,7 +186,7 @@ def input_drift(evalset: Evalset, live: np.ndarray, policy: DriftPolicy) -> list
     """
     from scipy.stats import false_discovery_control, ks_2samp
 
-    names, summaries = evalset.spec.inputs.columns, row_summaries(evalset, policy)
+    names, summaries = evalset.spec.inputs.columns, row_summaries(evalset.spec, policy)
     # One threshold for both samples: a live sample's own maximum would hide a change of scale.
     scale = float(evalset.inputs.max()) if evalset.inputs.size else 1.0
     reference = feature_table(evalset.inputs, names, summaries, scale=scale)

@@ -24,6 +24,8 @@ from evalsentry.config import Config
 from evalsentry.cost import CostMeter, cost_fields
 from evalsentry.errors import (
     ConfigError,
+    EvalsentryError,
+    EvalsetError,
     NothingToEvaluate,
     NotRegistered,
     RegistryError,
@@ -120,21 +122,47 @@ def resolve_targets(
 
 
 def check_bindings(config: Config, available: Sequence[str]) -> None:
-    """Refuse a ``models:`` binding that names an evalset the project does not have.
+    """Refuse evalset settings that cannot apply, before anything is evaluated.
+
+    A ``models:`` binding, or a ``drift.live``/``drift.features`` entry, that names an evalset
+    the project does not have (a misspelt drift entry would never check anything), and
+    ``drift.features`` for an evalset whose inputs are named columns (its columns are its
+    features; :func:`evalsentry.drift.row_summaries`).
 
     Raises:
-        ConfigError: naming the config file, the field and the closest evalset.
+        ConfigError: naming the config file, the field and the fix.
     """
-    for model, binding in config.models.items():
-        for name in binding.evalsets:
-            if name not in available:
-                raise ConfigError(
-                    config.trust.config_file,
-                    f"models.{model}.evalsets",
-                    f"{name!r} is not an evalset in {config.evalsets_dir} "
-                    f"(there: {', '.join(available) or 'none'}).{did_you_mean(name, available)}"
-                    " Freeze it, or bind the model to one that exists",
-                )
+    from evalsentry.drift import row_summaries
+    from evalsentry.evalsets import evalset_folder, read_spec
+
+    named = [
+        (f"models.{model}.evalsets", name, "bind the model to one that exists")
+        for model, binding in config.models.items()
+        for name in binding.evalsets
+    ]
+    named += [
+        (f"drift.{setting}.{name}", name, f"name an evalset that exists under drift.{setting}")
+        for setting, entries in (("live", config.drift.live), ("features", config.drift.features))
+        for name in entries
+    ]
+    for setting, name, fix in named:
+        if name not in available:
+            raise ConfigError(
+                config.trust.config_file,
+                setting,
+                f"{name!r} is not an evalset in {config.evalsets_dir} "
+                f"(there: {', '.join(available) or 'none'}).{did_you_mean(name, available)}"
+                f" Freeze it, or {fix}",
+            )
+    for name in config.drift.features:
+        try:
+            spec = read_spec(evalset_folder(name, config.evalsets_dir))
+        except EvalsentryError:  # a broken manifest is the evalset's own ERROR, in validation
+            continue
+        try:
+            row_summaries(spec, config.drift)
+        except EvalsetError as exc:  # its message starts with the field
+            raise ConfigError(config.trust.config_file, "", str(exc)) from None
 
 
 def bound_evalsets(model: str, config: Config, available: Sequence[str]) -> list[str] | None:

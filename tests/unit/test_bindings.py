@@ -77,6 +77,30 @@ def test_a_binding_to_a_missing_evalset_names_file_field_and_the_closest(tmp_pat
     assert "Did you mean 'narrow'?" in message
 
 
+def test_a_misspelt_drift_entry_is_refused_not_ignored(tmp_path: Path) -> None:
+    """drift.live naming no evalset would never check drift: refused, with the closest name."""
+    config = _config(tmp_path, "drift:\n  live:\n    wde: live.parquet\n")
+    with pytest.raises(ConfigError) as caught:
+        check_bindings(config, AVAILABLE)
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / 'evalsentry.yaml'}: drift.live.wde: 'wde'")
+    assert "Did you mean 'wide'?" in message
+
+
+def test_drift_features_for_named_columns_are_refused_before_a_run(tmp_path: Path) -> None:
+    """Row summaries listed for an evalset with named columns: refused before any evaluation."""
+    from tests.unit.test_drift import freeze_tabular
+
+    freeze_tabular(tmp_path / "evalsets")
+    config = _config(tmp_path, "drift:\n  features:\n    tab: [mean]\n")
+    with pytest.raises(ConfigError) as caught:
+        check_bindings(config, ["tab"])
+    assert str(caught.value) == (
+        f"{tmp_path / 'evalsentry.yaml'}: drift.features.tab: tab's inputs are 2 named "
+        "columns, which are its drift features; remove drift.features.tab"
+    )
+
+
 def test_an_empty_binding_is_refused_at_load(tmp_path: Path) -> None:
     (tmp_path / "evalsentry.yaml").write_text("models:\n  narrow: {evalsets: []}\n")
     with pytest.raises(ConfigError, match=r"models\.narrow\.evalsets"):

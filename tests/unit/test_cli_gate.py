@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -220,6 +221,16 @@ class TestGateCommand:
         assert "holds no weekly evaluation yet" in capsys.readouterr().err
         assert main(["gate", "--config", config(project), "--week", "2026-49"]) == 2
 
+    def test_a_reader_that_leaves_early_gets_no_traceback(self, project: Path) -> None:
+        """`evalsentry gate | head -1`: the closed pipe ends the gate quietly with exit 1."""
+        drop_weeks(project)
+        program = [sys.executable, "-m", "evalsentry.cli", "gate", "--config", config(project)]
+        with subprocess.Popen(program, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as gate:
+            assert gate.stdout is not None and gate.stderr is not None
+            gate.stdout.close()  # before the gate has printed anything
+            err = gate.stderr.read().decode()
+        assert gate.returncode == 1 and err == ""
+
     def test_the_typer_app_lists_and_forwards_the_gate(
         self, project: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
@@ -333,6 +344,19 @@ class TestEvaluateCommand:
         candidate = frame[frame["kind"] == "candidate"]
         assert len(candidate) == 1 and candidate["stage"].item() == "candidate"
         assert (frame[frame["kind"] == "scheduled"]["stage"] == "production").all()
+
+    def test_history_shows_versions_as_registered_and_none_for_a_file(
+        self,
+        with_production: Path,
+        toy_checkpoints: dict[str, Path],
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """The history table prints version 1, and `-` for a candidate file (not 1.0, nan)."""
+        evaluate_candidate(str(toy_checkpoints["degraded"]), with_production)
+        capsys.readouterr()
+        assert main(["history", "--config", config(with_production), "--metric", "accuracy"]) == 0
+        rows = [re.split(r" {2,}", line) for line in capsys.readouterr().out.splitlines()[3:]]
+        assert sorted((row[1], row[3]) for row in rows) == [("candidate", "-"), ("scheduled", "1")]
 
     def test_equal_candidate_exits_0(
         self, with_production: Path, toy_checkpoints: dict[str, Path]

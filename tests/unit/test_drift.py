@@ -32,9 +32,14 @@ from evalsentry.verdicts import Verdict
 @pytest.fixture
 def tabular_evalset(tmp_path: Path) -> Path:
     """A frozen regression evalset whose inputs are two named columns, ``a`` and ``b``."""
+    return freeze_tabular(tmp_path / "evalsets")
+
+
+def freeze_tabular(evalsets: Path) -> Path:
+    """Freeze evalset ``tab`` (inputs: named columns ``a`` and ``b``) under ``evalsets``."""
     rng = np.random.default_rng(4)
     table = pa.table({"a": rng.normal(size=100), "b": rng.normal(size=100), "y": np.zeros(100)})
-    folder = tmp_path / "evalsets" / "tab"
+    folder = evalsets / "tab"
     freeze_evalset(
         table,
         folder,
@@ -157,7 +162,7 @@ class TestFeatures:
         policy = DriftPolicy(features={"tab": ["mean"]})
         with pytest.raises(
             EvalsetError,
-            match=r"^drift\.features\.tab: tab has named input columns \(a, b\), which are its "
+            match=r"^drift\.features\.tab: tab's inputs are 2 named columns, which are its "
             r"drift features; remove drift\.features\.tab$",
         ):
             input_drift(evalset, evalset.inputs[:50], policy)

@@ -63,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EvalsentryError as exc:
         echo(f"error: {exc}", err=True)
         return exc.exit_code
+    except BrokenPipeError:  # the reader left (`| head`): stop quietly, exit 1, as click does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     return 0

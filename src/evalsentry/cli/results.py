@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -163,6 +164,10 @@ def history(
         typer.echo(joined.to_json(orient="records", indent=2))
     else:
         shown = ["week", "kind", "model", "version", "stage", "evalset", "metric"]
+        # A candidate file has no registered version: its rows hold null, the column floats.
+        joined["version"] = [
+            "-" if math.isnan(v) else str(int(v)) for v in joined["version"].astype(float)
+        ]
         rows = [
             [
                 *(str(getattr(r, c)) for c in shown),
