@@ -358,6 +358,21 @@ class TestEvaluateCommand:
         rows = [re.split(r" {2,}", line) for line in capsys.readouterr().out.splitlines()[3:]]
         assert sorted((row[1], row[3]) for row in rows) == [("candidate", "-"), ("scheduled", "1")]
 
+    def test_the_ci_path_loads_neither_typer_nor_torch(
+        self, with_production: Path, toy_checkpoints: dict[str, Path]
+    ) -> None:
+        """`evalsentry evaluate` parses without Typer and leaves torch to the evaluation's process."""
+        code = (
+            "import sys; from evalsentry.cli import main;"
+            f"rc = main(['evaluate', '--checkpoint', {str(toy_checkpoints['good'])!r},"
+            f" '--model', 'toy-model', '--config', {config(with_production)!r}]);"
+            "print(rc, sorted(m for m in ('typer', 'rich', 'torch') if m in sys.modules))"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
+        assert result.stdout.strip().splitlines()[-1] == "0 []"
+
     def test_equal_candidate_exits_0(
         self, with_production: Path, toy_checkpoints: dict[str, Path]
     ) -> None:

@@ -50,7 +50,7 @@ def _called_names(path: Path) -> set[str]:
 def test_candidate_evaluation_is_wired_once() -> None:
     """`evalsentry evaluate` and the evaluate-candidate flow both run the library's
     `evaluate_candidate`; neither evaluates, records or gates a checkpoint itself."""
-    cli = _called_names(ROOT / "src" / "evalsentry" / "cli" / "results.py")
+    cli = _called_names(ROOT / "src" / "evalsentry" / "cli" / "ci.py")
     flow = _called_names(ROOT / "flows" / "evaluate_candidate.py")
     assert "evaluate_candidate" in cli
     assert "evaluate_candidate_" in flow  # the library function, renamed beside the flow

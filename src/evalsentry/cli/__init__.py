@@ -2,7 +2,7 @@
 
 Exit codes: 0 ok, 1 a check failed (integrity, regression), 2 unusable input. User errors print
 one line and no traceback. Heavy modules are imported inside the commands that need them, and
-``evalsentry gate``, run in every CI build, starts without Typer (:mod:`evalsentry.cli.gate`).
+the CI commands, ``evalsentry gate`` and ``evaluate``, start without Typer (:mod:`.ci`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from evalsentry.cli.ci import COMMANDS
 from evalsentry.cli.output import echo
 from evalsentry.errors import EXIT_USAGE, EvalsentryError
 
@@ -53,10 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
     try:
-        if args[:1] == ["gate"]:
-            from evalsentry.cli.gate import gate
-
-            return gate(args[1:])
+        if args and args[0] in COMMANDS:
+            return COMMANDS[args[0]](args[1:])
         _typer_app()(
             args=args, prog_name="evalsentry"
         )  # click's standalone mode ends in SystemExit

@@ -8,12 +8,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from evalsentry.cli.gate import CONFIG_HELP, JUNIT_HELP, MARKDOWN_HELP, SLICES_HELP, STRICT_HELP
+from evalsentry.cli.ci import CONFIG_HELP
 from evalsentry.errors import UsageError
 
 if TYPE_CHECKING:
     from evalsentry.config import Config
-    from evalsentry.history import History
     from evalsentry.registry import Registry
 
 app = typer.Typer(
@@ -75,21 +74,6 @@ def _csv(value: str | None) -> list[str]:
 def _short(value: Any, width: int = 40) -> str:
     text = str(value) if value is not None else ""
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _history(config: Path | None) -> tuple[Config, History]:
-    from evalsentry.history import History
-
-    settings = _config(config)
-    history = History(settings.store_url)
-    history.check_root()  # a `store:` naming a file fails here, before any evaluation runs
-    return settings, history
-
-
-MarkdownOption = Annotated[Path | None, typer.Option(help=MARKDOWN_HELP)]
-JunitOption = Annotated[Path | None, typer.Option(help=JUNIT_HELP)]
-SlicesOption = Annotated[bool, typer.Option("--slices", help=SLICES_HELP)]
-StrictOption = Annotated[bool, typer.Option("--strict", help=STRICT_HELP)]
 
 
 history_app = typer.Typer(help="Show or maintain the metric history.", invoke_without_command=True)

@@ -8,14 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from evalsentry.cli import gate as gate_command
+from evalsentry.cli import ci
 from evalsentry.cli._app import (
     ConfigOption,
-    JunitOption,
-    MarkdownOption,
-    SlicesOption,
-    StrictOption,
-    _history,
     app,
     baseline_app,
     history_app,
@@ -30,74 +25,31 @@ if TYPE_CHECKING:
     from evalsentry.history import History
 
 
-@app.command(
-    help=f"{gate_command.HELP}\n\n{gate_command.EPILOG}",
-    add_help_option=False,
-    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-)
-def gate(ctx: typer.Context) -> None:
-    """Listed here for ``evalsentry --help``; ``main`` runs ``evalsentry gate`` without Typer."""
-    raise typer.Exit(gate_command.gate(ctx.args))
+def _forward(name: str, help_text: str, epilog: str) -> None:
+    """List the CI command ``name`` in ``evalsentry --help``, forwarding to :mod:`.ci`.
 
-
-@app.command("evaluate")
-def evaluate_command(
-    checkpoint: Annotated[Path, typer.Option(help="Checkpoint file to evaluate.")],
-    model: Annotated[
-        str, typer.Option(help="Model line to compare with (its production result and baseline).")
-    ],
-    evalset: Annotated[
-        list[str] | None,
-        typer.Option(help="Evalset(s) of the model's binding (default: all it is bound to)."),
-    ] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    junit: JunitOption = None,
-    markdown: MarkdownOption = None,
-    slices: SlicesOption = False,
-    new_model: Annotated[
-        bool,
-        typer.Option(
-            "--new-model", help="MODEL starts a new model line (else an unknown MODEL is refused)."
-        ),
-    ] = False,
-    strict: StrictOption = False,
-    revalidate: Annotated[
-        bool,
-        typer.Option(
-            "--revalidate",
-            help="Run the expectation suite even if a passed result for the same evalset, "
-            "suite and Great Expectations version is stored (files are re-hashed either way).",
-        ),
-    ] = False,
-    config: ConfigOption = None,
-) -> None:
-    """Evaluate a candidate checkpoint and gate it against production and the baseline, for CI.
-
-    The result is recorded as a candidate evaluation, never as a week's production result.
-    Exit 0 pass or warn, 1 a regression, 2 not comparable or unusable input.
+    ``main`` runs the CI commands without Typer; this serves where the app is called directly.
     """
-    from evalsentry.candidate import candidate_evalsets, evaluate_candidate
 
-    settings, history = _history(config)
-    names = candidate_evalsets(model, settings, history, evalset, new_model=new_model)
-    run = evaluate_candidate(
-        checkpoint,
-        model,
-        names,
-        settings,
-        history,
-        device=device,
-        strict=strict,
-        revalidate=revalidate,
-    )
-    report = run.report
-    raise typer.Exit(gate_command.emit_gate(report, markdown, junit, slices))
+    def command(ctx: typer.Context) -> None:
+        raise typer.Exit(ci.COMMANDS[name](ctx.args))
+
+    app.command(
+        name,
+        help=f"{help_text}\n\n{epilog}",
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )(command)
+
+
+_forward("gate", ci.GATE_HELP, ci.GATE_EPILOG)
+_forward("evaluate", ci.EVALUATE_HELP, ci.EVALUATE_EPILOG)
 
 
 @history_app.command("compact")
 def history_compact(config: ConfigOption = None) -> None:
     """Merge each history table's small files into one (no row is dropped)."""
-    _, store = _history(config)
+    _, store = ci.project(config)
     for table in ("evaluations", "metrics", "comparisons", "drift"):
         files, rows = store.compact(table)
         typer.echo(
@@ -127,7 +79,7 @@ def history(
     """Show recorded results, one row per week, model, evalset and metric."""
     if ctx.invoked_subcommand is not None:
         return
-    _, store = _history(config)
+    _, store = ci.project(config)
     if output not in ("table", "csv", "json"):
         raise UsageError(f"--format: {output!r} is not table, csv or json")
     evaluations = store.evaluations(model=model, evalset=evalset)
@@ -203,7 +155,7 @@ def cost(
     from evalsentry import units
     from evalsentry.cost import ledger
 
-    settings, store = _history(config)
+    settings, store = ci.project(config)
     if lifetime:
         _print_lifetime(settings, store)
         return
@@ -260,7 +212,7 @@ def report(
     from evalsentry.storage import filesystem, join, write_atomic
     from evalsentry.weeks import check_week
 
-    settings, store = _history(config)
+    settings, store = ci.project(config)
     gated = gate_week(
         store,
         check_week(week) if week is not None else None,
@@ -287,7 +239,7 @@ def baseline_set(
     config: ConfigOption = None,
 ) -> None:
     """Pin a recorded week as the baseline every later week is also compared with."""
-    _, store = _history(config)
+    _, store = ci.project(config)
     store.set_baseline(model, week)
     typer.echo(f"baseline of {model} is now {week}")
 
@@ -300,7 +252,7 @@ def baseline_show(
     """Show the baseline week of a model line (pinned, or the first recorded week)."""
     from evalsentry.names import WEEKLY_RUN
 
-    _, store = _history(config)
+    _, store = ci.project(config)
     week, pinned = store.baseline(model, store.evaluations(model=model, kind=WEEKLY_RUN)["week"])
     if week is None:
         raise UsageError(f"no evaluation of {model!r} is recorded yet")

@@ -1,0 +1,229 @@
+"""The CI commands, ``evalsentry gate`` and ``evaluate``, on a lean path; the gate's output.
+
+They run in every CI build, so their start-up is part of every build's wall time: they are
+parsed with argparse and print plain text, importing neither Typer nor Rich (about 0.2 s of
+imports and command building before anything runs). ``bench/bench_cold_start.py`` and
+``bench/bench_candidate.py`` measure them. ``evalsentry --help`` lists them through forwarding
+commands (``cli/results.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from evalsentry.cli.output import echo, print_table
+from evalsentry.errors import UsageError
+
+if TYPE_CHECKING:
+    from evalsentry.config import Config
+    from evalsentry.history import History
+    from evalsentry.verdicts import GateReport
+
+GATE_HELP = (
+    "Gate a week's results against the previous week and the baseline (reads the history only)."
+)
+GATE_EPILOG = (
+    "Exit 0 pass, warn or inconclusive; 1 a regression (or, with --strict, an inconclusive "
+    "comparison); 2 not comparable or unusable input."
+)
+EVALUATE_HELP = (
+    "Evaluate a candidate checkpoint and gate it against production and the baseline, for CI."
+)
+EVALUATE_EPILOG = (
+    "The result is recorded as a candidate evaluation, never as a week's production result. "
+    "Exit 0 pass or warn, 1 a regression, 2 not comparable or unusable input."
+)
+MARKDOWN_HELP = "Write a Markdown summary here."
+JUNIT_HELP = "Write JUnit XML here."
+SLICES_HELP = "Show per-slice comparisons too."
+STRICT_HELP = "Exit 1 on INCONCLUSIVE too (the evalset could not tell); see gate.strict."
+CONFIG_HELP = "evalsentry.yaml to use (default: ./evalsentry.yaml)."
+
+
+def _parser(command: str, help_text: str, epilog: str) -> argparse.ArgumentParser:
+    """A command's parser with the options every CI command has."""
+    parse = argparse.ArgumentParser(
+        prog=f"evalsentry {command}", description=help_text, epilog=epilog
+    )
+    parse.add_argument("--junit", metavar="FILE", type=Path, help=JUNIT_HELP)
+    parse.add_argument("--markdown", metavar="FILE", type=Path, help=MARKDOWN_HELP)
+    parse.add_argument("--slices", action="store_true", help=SLICES_HELP)
+    parse.add_argument("--strict", action="store_true", help=STRICT_HELP)
+    parse.add_argument("--config", metavar="FILE", type=Path, help=CONFIG_HELP)
+    return parse
+
+
+def gate_parser() -> argparse.ArgumentParser:
+    """The arguments of ``evalsentry gate``."""
+    parse = _parser("gate", GATE_HELP, GATE_EPILOG)
+    parse.add_argument(
+        "--week", metavar="WEEK", help="ISO week, e.g. 2026-W49 (default: the latest recorded)."
+    )
+    parse.add_argument("--model", metavar="NAME", help="Only this model.")
+    parse.add_argument("--evalset", metavar="NAME", help="Only this evalset.")
+    return parse
+
+
+def evaluate_parser() -> argparse.ArgumentParser:
+    """The arguments of ``evalsentry evaluate``."""
+    parse = _parser("evaluate", EVALUATE_HELP, EVALUATE_EPILOG)
+    parse.add_argument(
+        "--checkpoint", metavar="FILE", type=Path, required=True, help="Checkpoint to evaluate."
+    )
+    parse.add_argument(
+        "--model",
+        metavar="NAME",
+        required=True,
+        help="Model line to compare with (its production result and baseline).",
+    )
+    parse.add_argument(
+        "--evalset",
+        metavar="NAME",
+        action="append",
+        help="Evalset of the model's binding; repeat for several (default: all it is bound to).",
+    )
+    parse.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N.")
+    parse.add_argument(
+        "--new-model",
+        action="store_true",
+        help="MODEL starts a new model line (else an unknown MODEL is refused).",
+    )
+    parse.add_argument(
+        "--revalidate",
+        action="store_true",
+        help="Run the expectation suite even if a passed result for the same evalset, suite and "
+        "Great Expectations version is stored (files are re-hashed either way).",
+    )
+    return parse
+
+
+def _parse(parse: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:
+    """The parsed options, or the exit code of ``--help`` (0) or a usage error (2), printed."""
+    try:
+        return parse.parse_args(list(argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+
+
+def gate(argv: Sequence[str]) -> int:
+    """Run ``evalsentry gate`` with ``argv`` (its options); the exit code.
+
+    Raises:
+        EvalsentryError: unusable input (the caller prints its one line).
+    """
+    args = _parse(gate_parser(), argv)
+    if isinstance(args, int):
+        return args
+    from evalsentry.gate import gate_week
+    from evalsentry.weeks import check_week
+
+    settings, history = project(args.config)
+    report = gate_week(
+        history,
+        check_week(args.week) if args.week is not None else None,
+        settings.gate,
+        model=args.model,
+        evalset=args.evalset,
+        evalsets_dir=settings.evalsets_dir,
+    )
+    return emit_gate(report, args.markdown, args.junit, args.slices, args.strict)
+
+
+def evaluate(argv: Sequence[str]) -> int:
+    """Run ``evalsentry evaluate`` with ``argv`` (its options); the exit code.
+
+    Raises:
+        EvalsentryError: unusable input (the caller prints its one line).
+    """
+    args = _parse(evaluate_parser(), argv)
+    if isinstance(args, int):
+        return args
+    from evalsentry.candidate import candidate_evalsets, evaluate_candidate
+
+    settings, history = project(args.config)
+    names = candidate_evalsets(
+        args.model, settings, history, args.evalset, new_model=args.new_model
+    )
+    run = evaluate_candidate(
+        args.checkpoint,
+        args.model,
+        names,
+        settings,
+        history,
+        device=args.device,
+        strict=args.strict,
+        revalidate=args.revalidate,
+    )
+    return emit_gate(run.report, args.markdown, args.junit, args.slices)
+
+
+#: The commands ``evalsentry.cli.main`` runs without Typer, by name.
+COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {"gate": gate, "evaluate": evaluate}
+
+
+def project(config: Path | None) -> tuple[Config, History]:
+    """The project's settings and history; a ``store:`` naming a file fails here, first."""
+    from evalsentry.config import load_config
+    from evalsentry.history import History
+
+    settings = load_config(config)
+    history = History(settings.store_url)
+    history.check_root()
+    return settings, history
+
+
+def emit_gate(
+    report: GateReport,
+    markdown: Path | None,
+    junit: Path | None,
+    show_slices: bool,
+    strict: bool = False,
+) -> int:
+    """Write the CI files, print the table and the verdict; the gate's exit code.
+
+    The files are written first, whole or not at all, their folders created as needed: a path
+    that cannot be written is unusable input (exit 2), whatever the gate found. ``strict``
+    (``--strict``, or ``gate.strict`` in the config) makes an INCONCLUSIVE verdict exit 1.
+    """
+    from dataclasses import replace
+
+    from evalsentry.report import HEADERS, comparison_rows, gate_junit, gate_markdown
+    from evalsentry.storage import filesystem, write_atomic
+
+    if strict and not report.strict:
+        report = replace(report, strict=True)
+    for option, path, render in (
+        ("--markdown", markdown, gate_markdown),
+        ("--junit", junit, gate_junit),
+    ):
+        if path is None:
+            continue
+        fs, target = filesystem(str(path))
+        try:
+            write_atomic(fs, target, render(report).encode())
+        except OSError as exc:
+            blocked = isinstance(exc, FileExistsError | NotADirectoryError)
+            reason = "a file stands where a folder is needed" if blocked else exc.strerror
+            raise UsageError(
+                f"{option} {path}: cannot write it ({reason or exc}); "
+                "give a file path in a folder you can write to"
+            ) from None
+        # write_atomic's temporary file is private (0600); CI steps running as another user
+        # read these files, so give them the mode a plain write would have had.
+        umask = os.umask(0)
+        os.umask(umask)
+        with contextlib.suppress(OSError):
+            Path(target).chmod(0o666 & ~umask)
+
+    shown = [c for c in report.comparisons if show_slices or not c.slice]
+    print_table(f"evalsentry gate {report.week}: {report.verdict}", HEADERS, comparison_rows(shown))
+    if report.exit_code:
+        echo("error: " + report.message().replace("\n", "\n  "), err=True)
+    else:
+        echo(report.message())
+    return int(report.exit_code)
