@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from evalsentry.errors import UsageError
 
@@ -32,13 +32,13 @@ class CandidateNotEvaluated(UsageError):
 
 @dataclass(frozen=True)
 class CandidateSteps:
-    """The steps of a candidate evaluation; each defaults to the plain library call."""
+    """The steps of a candidate evaluation: the library's calls, or a flow's tasks."""
 
-    check: Callable[[str, str], dict[str, Any]] | None = None  # verify and validate; raises
-    load: Callable[[str, str], Any] | None = None
-    infer: Callable[..., Outcome] | None = None
-    record: Callable[[Sequence[Outcome]], Any] | None = None
-    gate: Callable[[dict[str, Any]], GateReport] | None = None
+    check: Callable[[str, str], dict[str, Any]]  # verify and validate an evalset; raises
+    load: Callable[[str, str], Any]
+    infer: Callable[..., Outcome]
+    record: Callable[[Sequence[Outcome]], Any]
+    gate: Callable[[dict[str, Any]], GateReport]
 
 
 @dataclass(frozen=True)
@@ -78,17 +78,9 @@ def candidate_evalsets(
     return evalsets_for(model, settings, selected)
 
 
-class _Steps(NamedTuple):
-    check: Callable[[str, str], dict[str, Any]]
-    load: Callable[[str, str], Any]
-    infer: Callable[..., Outcome]
-    record: Callable[[Sequence[Outcome]], Any]
-    gate: Callable[[dict[str, Any]], GateReport]
-
-
 def _library_steps(
     settings: Config, history: History, run_id: str, week: str, revalidate: bool
-) -> _Steps:
+) -> CandidateSteps:
     from evalsentry.evalsets import load_evalset
     from evalsentry.gate import gate_candidate
     from evalsentry.pipeline import evaluate_checkpoint, record
@@ -108,7 +100,7 @@ def _library_steps(
             history, pd.Series(evaluation), settings.gate, evalsets_dir=settings.evalsets_dir
         )
 
-    return _Steps(
+    return CandidateSteps(
         check=check,
         load=lambda name, folder: load_evalset(name, evalsets_dir=folder),
         infer=evaluate_checkpoint,
@@ -146,7 +138,7 @@ def evaluate_candidate(
         strict: Whether an inconclusive comparison fails the gate.
         revalidate: Run the expectation suite even where a stored passed result still applies
             (the files are re-hashed either way; see ``evalsentry.validation_cache``).
-        steps: Replacements of the library steps (the flow's tasks); unset ones stay the library's.
+        steps: The flow's tasks in place of the library's calls (the default).
 
     Returns:
         The outcomes, validations and the gate report over every evalset.
@@ -162,17 +154,11 @@ def evaluate_candidate(
     from evalsentry.weeks import iso_week
 
     week, run_id = iso_week(), new_run_id()
-    library = _library_steps(settings, history, run_id, week, revalidate)
-    chosen = steps or CandidateSteps()
-    check = chosen.check or library.check
-    load = chosen.load or library.load
-    infer = chosen.infer or library.infer
-    record = chosen.record or library.record
-    gate = chosen.gate or library.gate
-    if chosen.infer is None:  # the library's inference runs in a child: torch loads meanwhile
+    if steps is None:
+        steps = _library_steps(settings, history, run_id, week, revalidate)
         from evalsentry.isolation import prestart
 
-        prestart()
+        prestart()  # the library's inference runs in a child: torch loads meanwhile
     meter = CostMeter()
     meter.start_in_background()  # its hardware probe overlaps importing torch, loading the data
     target = Target(model, str(Path(checkpoint).resolve()))
@@ -181,10 +167,10 @@ def evaluate_candidate(
     comparisons: list[Comparison] = []
     try:
         for name in names:
-            validations[name] = check(name, settings.evalsets_dir)
-            outcome = infer(
+            validations[name] = steps.check(name, settings.evalsets_dir)
+            outcome = steps.infer(
                 target,
-                load(name, settings.evalsets_dir),
+                steps.load(name, settings.evalsets_dir),
                 config=settings,
                 run_id=run_id,
                 week=week,
@@ -194,10 +180,10 @@ def evaluate_candidate(
                 validation=validations[name],
             )
             outcomes.append(outcome)
-            record([outcome])
+            steps.record([outcome])
             if not outcome.ok:
                 raise CandidateNotEvaluated(str(checkpoint), name, outcome)
-            comparisons += gate(outcome.evaluation).comparisons
+            comparisons += steps.gate(outcome.evaluation).comparisons
     finally:
         meter.close()
     report = GateReport(week, comparisons, strict or settings.gate.strict)
