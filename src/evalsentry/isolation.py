@@ -56,7 +56,7 @@ import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -182,7 +182,7 @@ def evaluate_isolated(
         EvaluationFailed: the evaluation raised in the child, with its one-line reason.
     """
     load = load_arguments(trust, expected_sha256, factory, factory_kwargs)
-    return _request("evaluate", uri, evalset, load, device, timeout_s, progress)
+    return _request(_Request("evaluate", uri, evalset, load, device, timeout_s, progress))
 
 
 def load_arguments(
@@ -216,23 +216,28 @@ def time_isolated(
     a :class:`evalsentry.timing.PairedTiming`. Raises as :func:`evaluate_isolated` does.
     """
     extra = {"reference_uri": reference_uri, "reference_load": reference_load}
-    return _request("time", uri, evalset, load, device, timeout_s, None, extra)
+    return _request(_Request("time", uri, evalset, load, device, timeout_s, None, extra))
 
 
-def _request(
-    kind: str,
-    uri: str,
-    evalset: Evalset,
-    load: dict[str, Any],
-    device: str,
-    timeout_s: float,
-    progress: ProgressFn | None,
-    extra: Mapping[str, Any] | None = None,
-) -> Isolated:
+@dataclass(frozen=True)
+class _Request:
+    """One job for a child: what to load and run, where, and how long it may take."""
+
+    kind: str  # evaluate | time
+    uri: str
+    evalset: Evalset
+    load: dict[str, Any]  # load_checkpoint's keyword arguments (load_arguments)
+    device: str
+    timeout_s: float
+    progress: ProgressFn | None
+    extra: Mapping[str, Any] = field(default_factory=dict)  # the kind's own arguments
+
+
+def _request(request: _Request) -> Isolated:
     child = _checkout()
     done = False
     try:
-        answer = child.request(kind, uri, evalset, load, device, timeout_s, progress, extra)
+        answer = child.request(request)
         done = True
         return answer
     finally:
@@ -294,23 +299,14 @@ class _Child:
             return self.process.wait(KILL_WAIT_S)
         return None
 
-    def request(
-        self,
-        kind: str,
-        uri: str,
-        evalset: Evalset,
-        load: dict[str, Any],
-        device: str,
-        timeout_s: float,
-        progress: ProgressFn | None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> Isolated:
+    def request(self, request: _Request) -> Isolated:
         phase, lineage, sha256 = STARTING, None, None
         deadline = time.monotonic() + START_TIMEOUT_S
+        timeout_s = request.timeout_s
         try:
             if not self.ready:
                 self._expect_ready(deadline)
-            self.send((kind, {**self._job(uri, evalset, load, device), **(extra or {})}))
+            self.send((request.kind, {**self._job(request), **request.extra}))
             while True:
                 message = self.receive(deadline - time.monotonic())
                 if message is None:
@@ -325,12 +321,12 @@ class _Child:
                 elif kind == "loaded":
                     phase, lineage, sha256 = RUNNING, message[1], message[2]
                 elif kind == "progress":
-                    _report(progress, message[1], message[2])
+                    _report(request.progress, message[1], message[2])
                 elif kind == "log":
                     _reemit(message[1])
                 elif kind == "failed":
                     if message[2]:
-                        log.warning("%s: %s\n%s", uri, message[1], message[2])
+                        log.warning("%s: %s\n%s", request.uri, message[1], message[2])
                     raise EvaluationFailed(message[1], lineage, sha256)
                 elif kind == "done":
                     return Isolated(lineage or {}, sha256 or "", message[1])
@@ -348,9 +344,10 @@ class _Child:
                 _reemit(message[1])
             self.ready = message[0] == "ready"
 
-    def _job(self, uri: str, evalset: Evalset, load: dict[str, Any], device: str) -> dict[str, Any]:
+    def _job(self, request: _Request) -> dict[str, Any]:
         # The manifest as a whole, not only the identity hash: a changed class order changes
         # the targets without changing the identity.
+        evalset = request.evalset
         key = evalset.sha256 + hashlib.sha256(evalset.spec.model_dump_json().encode()).hexdigest()
         fresh = key not in self.evalsets
         self.evalsets[key] = None
@@ -359,9 +356,9 @@ class _Child:
             self.evalsets.popitem(last=False)
         torch = sys.modules.get("torch")
         return {
-            "uri": uri,
-            "load": load,  # load_checkpoint's keyword arguments: what is trusted and pinned
-            "device": device,
+            "uri": request.uri,
+            "load": request.load,  # load_checkpoint's keyword arguments: what is trusted and pinned
+            "device": request.device,
             "key": key,
             "evalset": evalset if fresh else None,
             "keep": list(self.evalsets),
