@@ -67,6 +67,26 @@ def _svg(figure: Any) -> str:
     return text[text.index("<svg") :]
 
 
+def _week_axes(weeks: pd.Series | pd.Index, height: float = 2.8) -> tuple[Any, Any, np.ndarray]:
+    """A chart's figure and axes whose x positions are ``weeks``, labelled without the year."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, height))
+    x = np.arange(len(weeks))
+    axes.set_xticks(x, weeks.str.replace(r"^\d{4}-", "", regex=True), fontsize=7, rotation=45)
+    return figure, axes, x
+
+
+def _plain_y(*sides: Any) -> None:
+    """Tick labels of y in plain decimals: tiny amounts never become "1e-5" above the axis."""
+    for side in sides:
+        side.ticklabel_format(axis="y", style="plain", useOffset=False)
+        side.tick_params(axis="y", labelsize=7)
+
+
 def trend_chart(
     line: pd.DataFrame,
     metrics: pd.DataFrame,
@@ -75,18 +95,12 @@ def trend_chart(
     baseline_week: str | None,
 ) -> str:
     """A metric's weekly values with CI band, baseline, checkpoint changes and verdict markers."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = (
         metrics[(metrics["metric"] == metric) & (metrics["slice"] == "")]
         .merge(line[["evaluation_id", "week", "version"]], on="evaluation_id", suffixes=("_m", ""))
         .sort_values("week")
     )
-    figure, axes = plt.subplots(figsize=(6, 3.2))
-    x = np.arange(len(rows))
+    figure, axes, x = _week_axes(rows["week"], height=3.2)
     axes.plot(x, rows["value"], color="#37474f", marker="o", markersize=3, label=metric)
     axes.fill_between(
         x, rows["ci_low"], rows["ci_high"], color="#90a4ae", alpha=0.35, label="95% CI"
@@ -112,9 +126,6 @@ def trend_chart(
                 zorder=3,
                 marker="X" if verdict in (Verdict.FAIL, Verdict.ERROR) else "o",
             )
-    axes.set_xticks(
-        x, rows["week"].str.replace(r"^\d{4}-", "", regex=True), fontsize=7, rotation=45
-    )
     axes.set_title(metric, fontsize=10)
     axes.legend(fontsize=7, loc="best")
     axes.grid(alpha=0.3)
@@ -123,22 +134,13 @@ def trend_chart(
 
 def cost_chart(evaluations: pd.DataFrame) -> str:
     """Money and energy per week, the energy in the unit that suits the week that used most."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     weekly = evaluations.groupby("week")[["cost", "energy_kwh"]].sum().sort_index()
     currency = evaluations["currency"].dropna()
     money_label = f"money ({currency.iloc[0]})" if not currency.empty else "money"
     energy_unit, kwh_per_unit = units.energy_scale(float(weekly["energy_kwh"].max()))
     energy_label = f"energy ({energy_unit})"
-    figure, axes = plt.subplots(figsize=(6, 2.8))
-    x = np.arange(len(weekly))
+    figure, axes, x = _week_axes(weekly.index)
     axes.bar(x, weekly["cost"], color="#5c6bc0", label=money_label)
-    axes.set_xticks(
-        x, weekly.index.str.replace(r"^\d{4}-", "", regex=True), fontsize=7, rotation=45
-    )
     axes.set_ylabel(money_label, fontsize=8)
     twin = axes.twinx()
     twin.plot(
@@ -150,9 +152,7 @@ def cost_chart(evaluations: pd.DataFrame) -> str:
         label=energy_label,
     )
     twin.set_ylabel(energy_label, fontsize=8)
-    for side in (axes, twin):  # tiny amounts in plain decimals, never "1e-5" above the axis
-        side.ticklabel_format(axis="y", style="plain", useOffset=False)
-        side.tick_params(axis="y", labelsize=7)
+    _plain_y(axes, twin)
     handles = [axes.get_legend_handles_labels()[0][0], twin.get_legend_handles_labels()[0][0]]
     twin.legend(handles, [money_label, energy_label], fontsize=7, loc="upper left")
     axes.set_title("cost per week", fontsize=10)
@@ -261,26 +261,16 @@ PART_COLOUR = {
 
 def bill_chart(bill: Lifetime) -> str:
     """Every line's bill per week, stacked by part: training, evaluation, serving, declared."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     weekly = weekly_parts(bill.rows)
     currency = bill.lines[0].currency if bill.lines else ""
-    figure, axes = plt.subplots(figsize=(6, 2.8))
-    x = np.arange(len(weekly))
+    figure, axes, x = _week_axes(weekly.index)
     bottom = np.zeros(len(weekly))
     for part in PARTS:
         values = weekly[part].to_numpy(dtype=float)
         axes.bar(x, values, bottom=bottom, color=PART_COLOUR[part], label=part)
         bottom += values
-    axes.set_xticks(
-        x, weekly.index.str.replace(r"^\d{4}-", "", regex=True), fontsize=7, rotation=45
-    )
     axes.set_ylabel(f"money ({currency})", fontsize=8)
-    axes.ticklabel_format(axis="y", style="plain", useOffset=False)
-    axes.tick_params(axis="y", labelsize=7)
+    _plain_y(axes)
     axes.legend(fontsize=7, loc="upper left")
     axes.set_title("the bill per week, by part", fontsize=10)
     return _svg(figure)
