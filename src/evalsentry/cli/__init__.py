@@ -56,9 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args and args[0] in COMMANDS:
             return COMMANDS[args[0]](args[1:])
-        _typer_app()(
-            args=args, prog_name="evalsentry"
-        )  # click's standalone mode ends in SystemExit
+        # click's standalone mode ends in SystemExit
+        _typer_app()(args=args, prog_name="evalsentry")
     except EvalsentryError as exc:
         echo(f"error: {exc}", err=True)
         return exc.exit_code

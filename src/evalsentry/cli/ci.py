@@ -45,11 +45,8 @@ STRICT_HELP = "Exit 1 on INCONCLUSIVE too (the evalset could not tell); see gate
 CONFIG_HELP = "evalsentry.yaml to use (default: ./evalsentry.yaml)."
 
 
-def _parser(command: str, help_text: str, epilog: str) -> argparse.ArgumentParser:
-    """A command's parser with the options every CI command has."""
-    parse = argparse.ArgumentParser(
-        prog=f"evalsentry {command}", description=help_text, epilog=epilog
-    )
+def _with_ci_options(parse: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``parse`` with the options every CI command has, after its own."""
     parse.add_argument("--junit", metavar="FILE", type=Path, help=JUNIT_HELP)
     parse.add_argument("--markdown", metavar="FILE", type=Path, help=MARKDOWN_HELP)
     parse.add_argument("--slices", action="store_true", help=SLICES_HELP)
@@ -60,18 +57,22 @@ def _parser(command: str, help_text: str, epilog: str) -> argparse.ArgumentParse
 
 def gate_parser() -> argparse.ArgumentParser:
     """The arguments of ``evalsentry gate``."""
-    parse = _parser("gate", GATE_HELP, GATE_EPILOG)
+    parse = argparse.ArgumentParser(
+        prog="evalsentry gate", description=GATE_HELP, epilog=GATE_EPILOG
+    )
     parse.add_argument(
         "--week", metavar="WEEK", help="ISO week, e.g. 2026-W49 (default: the latest recorded)."
     )
     parse.add_argument("--model", metavar="NAME", help="Only this model.")
     parse.add_argument("--evalset", metavar="NAME", help="Only this evalset.")
-    return parse
+    return _with_ci_options(parse)
 
 
 def evaluate_parser() -> argparse.ArgumentParser:
     """The arguments of ``evalsentry evaluate``."""
-    parse = _parser("evaluate", EVALUATE_HELP, EVALUATE_EPILOG)
+    parse = argparse.ArgumentParser(
+        prog="evalsentry evaluate", description=EVALUATE_HELP, epilog=EVALUATE_EPILOG
+    )
     parse.add_argument(
         "--checkpoint", metavar="FILE", type=Path, required=True, help="Checkpoint to evaluate."
     )
@@ -99,7 +100,7 @@ def evaluate_parser() -> argparse.ArgumentParser:
         help="Run the expectation suite even if a passed result for the same evalset, suite and "
         "Great Expectations version is stored (files are re-hashed either way).",
     )
-    return parse
+    return _with_ci_options(parse)
 
 
 def _parse(parse: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:
