@@ -54,7 +54,11 @@ BENCHMARKS: dict[str, Callable[[bool], dict[str, float]]] = {
 def main() -> None:
     """Run the benchmarks (all, or ``--only`` some) and write their results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smaller sizes, for a smoke run (printed only: the recorded results stay)",
+    )
     parser.add_argument(
         "--only",
         help=f"comma-separated benchmarks to run, of: {', '.join(BENCHMARKS)} (default: all); "
@@ -65,15 +69,16 @@ def main() -> None:
     unknown = sorted(set(chosen) - set(BENCHMARKS))
     if unknown:
         parser.error(f"--only: unknown {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
-    sections = _kept_sections() if args.only else {}
+    sections = _kept_sections() if args.only and not args.quick else {}
     for name in chosen:
         results = BENCHMARKS[name](args.quick)
         sections[name] = {
             "when": datetime.now(UTC).isoformat(timespec="seconds"),
             "results": results,
         }
-        table = write(sections)  # after each: a run cut short keeps what it measured
-    print("\n".join(table))
+        if not args.quick:
+            write(sections)  # after each: a run cut short keeps what it measured
+    print("\n".join(markdown(sections)))
 
 
 def _kept_sections() -> dict[str, dict[str, Any]]:
@@ -93,12 +98,18 @@ def write(sections: dict[str, dict[str, Any]]) -> list[str]:
     ordered = {name: sections[name] for name in BENCHMARKS if name in sections}
     document = {"machine": f"{platform.machine()} {platform.processor()}", "benchmarks": ordered}
     (RESULTS / "latest.json").write_text(json.dumps(document, indent=2) + "\n")
+    lines = markdown(ordered)
+    (RESULTS / "latest.md").write_text("\n".join(lines))
+    return lines
+
+
+def markdown(sections: dict[str, dict[str, Any]]) -> list[str]:
+    """The results as Markdown lines: a section per benchmark, with when it ran."""
     lines = ["# Benchmarks", ""]
-    for name, section in ordered.items():
+    for name, section in sections.items():
         lines += [f"## {name} ({section['when']})", "", "| benchmark | value |", "|---|---|"]
         lines += [f"| {k} | {v:.4g} |" for k, v in section["results"].items()]
         lines.append("")
-    (RESULTS / "latest.md").write_text("\n".join(lines))
     return lines
 
 
