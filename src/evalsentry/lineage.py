@@ -21,6 +21,7 @@ from typing import Any
 
 from evalsentry.errors import ConfigError, UsageError
 from evalsentry.storage import sha256_file
+from evalsentry.weeks import is_aware_timestamp
 
 GIT_SHA_ENV = "EVALSENTRY_GIT_SHA"
 GIT_DIRTY_ENV = "EVALSENTRY_GIT_DIRTY"
@@ -220,16 +221,11 @@ def missing_fields(lineage: Any) -> list[str]:
         if value in (None, ""):
             missing.append(field)
     stamp = lineage.get("timestamp_utc")
-    if "timestamp_utc" not in missing and not (isinstance(stamp, str) and _is_aware(stamp)):
+    if "timestamp_utc" not in missing and not (
+        isinstance(stamp, str) and is_aware_timestamp(stamp)
+    ):
         missing.append("timestamp_utc (timezone-aware)")
     return missing
-
-
-def _is_aware(stamp: str) -> bool:
-    try:
-        return datetime.fromisoformat(stamp).tzinfo is not None
-    except ValueError:
-        return False
 
 
 def read_lineage_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -277,7 +273,7 @@ def _timestamp(file: Path, value: Any) -> str:
         stamp = value
     else:
         stamp = ""
-    if not _is_aware(stamp):
+    if not is_aware_timestamp(stamp):
         raise ConfigError(
             file,
             "timestamp_utc",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 import uuid
 from pathlib import Path
@@ -55,10 +56,15 @@ def blocking_file(fs: Any, path: str) -> str | None:
         return None
     try:
         for candidate in (Path(path), *Path(path).parents):
-            if candidate.is_dir():
-                return None
-            if candidate.exists() or candidate.is_symlink():  # a file, or a dangling link
-                return str(candidate)
+            # One stat says both whether it exists and what it is: another writer may create
+            # the folder between two separate looks, which must not read as a file in the way.
+            try:
+                mode = candidate.stat().st_mode
+            except (FileNotFoundError, NotADirectoryError):  # absent, or under a file
+                if candidate.is_symlink():  # a dangling link
+                    return str(candidate)
+                continue
+            return None if stat.S_ISDIR(mode) else str(candidate)
     except OSError:  # not allowed to look: the write itself will say why it fails
         return None
     return None

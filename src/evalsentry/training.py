@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from evalsentry.config import CostRates, load_config
 from evalsentry.cost import JOULES_PER_KWH, SECONDS_PER_HOUR, CostMeter, Measurement
 from evalsentry.errors import UsageError
+from evalsentry.weeks import is_aware_timestamp
 
 if TYPE_CHECKING:
     import torch
@@ -246,13 +247,6 @@ def _checked(name: str, value: Any) -> Any:
         return float(value)
     if not isinstance(value, str) or not value.strip():
         raise BadTrainingCost(name, f"{value!r} is not non-empty text")
-    if name in TIME_FIELDS and not _is_aware(value):
+    if name in TIME_FIELDS and not is_aware_timestamp(value):
         raise BadTrainingCost(name, f"{value!r} is not an ISO 8601 timestamp with a timezone")
     return value
-
-
-def _is_aware(stamp: str) -> bool:
-    try:
-        return datetime.fromisoformat(stamp).tzinfo is not None
-    except ValueError:
-        return False

@@ -50,6 +50,14 @@ def check_week(week: str) -> str:
     return week
 
 
+def is_aware_timestamp(stamp: str) -> bool:
+    """Whether ``stamp`` is an ISO 8601 timestamp that names its timezone."""
+    try:
+        return datetime.fromisoformat(stamp).tzinfo is not None
+    except ValueError:
+        return False
+
+
 def now_utc() -> datetime:
     """The current time, timezone-aware."""
     return datetime.now(UTC)

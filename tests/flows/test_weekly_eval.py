@@ -340,6 +340,18 @@ class TestDrift:
         state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         assert state.is_failed() and "DRIFT toy" in state.message
 
+    def test_a_misspelt_drift_entry_fails_the_run_before_evaluating(
+        self, toy_project: Path
+    ) -> None:
+        """drift.live naming no evalset ends the run Failed, naming the field; nothing recorded."""
+        toy_project.write_text(toy_project.read_text() + "drift:\n  live:\n    tyo: live.parquet\n")
+        state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
+        assert state.is_failed()
+        assert "ERROR the config does not fit the evalsets" in state.message
+        assert "drift.live.tyo: 'tyo' is not an evalset" in state.message
+        assert "Did you mean 'toy'?" in state.message
+        assert history(toy_project).evaluations().empty
+
 
 def test_an_s3_store_links_a_signed_url_a_browser_can_open(
     s3_project: Path,  # noqa: F811 - the fixture imported above

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ from evalsentry.history import History
 from evalsentry.html_report import PART_COLOUR, render_report
 from evalsentry.registry import Registry, RegistryEntry
 from tests.synthetic import accuracy_mask, record_week
-from tests.unit.test_html_report import BROWSER_FLAGS, CHROMIUM
+from tests.unit.test_html_report import CHROMIUM, screenshot
 
 N = 400
 WEEKS = ("2026-W40", "2026-W41", "2026-W42")
@@ -200,28 +199,12 @@ def test_cost_lifetime_with_nothing_billed_is_one_line(
 )
 def test_the_bill_chart_shows_every_part_in_a_real_browser(project: Config, tmp_path: Path) -> None:
     """Headless Chromium draws the stacked chart: each part's colour covers a bar, not a legend."""
-    from matplotlib.image import imread
-
     history = History(project.store_url)
     page = tmp_path / "report.html"
     page.write_text(
         render_report(history, gate_week(history, WEEKS[-1], project.gate), None, _bill(project))
     )
-    shot = tmp_path / "shot.png"
-    subprocess.run(
-        [
-            CHROMIUM,
-            *BROWSER_FLAGS,
-            f"--user-data-dir={tmp_path / 'profile'}",
-            f"--screenshot={shot}",
-            "--window-size=1280,6000",
-            page.as_uri(),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    pixels = imread(shot)[..., :3]
+    pixels = screenshot(page, tmp_path / "profile", height=6000)
     for part, colour in PART_COLOUR.items():
         rgb = np.array([int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)])
         covered = (np.abs(pixels - rgb).max(axis=2) < 0.04).sum()

@@ -31,6 +31,27 @@ BROWSER_FLAGS = [
 ]
 
 
+def screenshot(page: Path, profile: Path, *, height: int) -> np.ndarray:
+    """Headless Chromium's screenshot of ``page``, 1280 wide, as RGB values in [0, 1]."""
+    from matplotlib.image import imread
+
+    shot = profile.parent / "shot.png"
+    subprocess.run(
+        [
+            CHROMIUM,
+            *BROWSER_FLAGS,
+            f"--user-data-dir={profile}",
+            f"--screenshot={shot}",
+            f"--window-size=1280,{height}",
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return np.asarray(imread(shot)[..., :3])
+
+
 @pytest.fixture
 def weeks(tmp_path: Path) -> tuple[History, Config]:
     """Four weeks of one model: steady, a new version, then a regression."""
@@ -111,27 +132,11 @@ def test_cost_ledger_sums(weeks: tuple[History, Config]) -> None:
 )
 def test_report_renders_in_a_real_browser(weeks: tuple[History, Config], tmp_path: Path) -> None:
     """Headless Chromium draws the report: the screenshot is not blank and the charts are in the DOM."""
-    from matplotlib.image import imread
-
     history, config = weeks
     page = tmp_path / "report.html"
     page.write_text(render_report(history, gate_week(history, "2026-W43", config.gate)))
-    shot = tmp_path / "shot.png"
     profile = tmp_path / "profile"
-    subprocess.run(
-        [
-            CHROMIUM,
-            *BROWSER_FLAGS,
-            f"--user-data-dir={profile}",
-            f"--screenshot={shot}",
-            "--window-size=1280,2000",
-            page.as_uri(),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    pixels = imread(shot)[..., :3]
+    pixels = screenshot(page, profile, height=2000)
     non_white = (pixels < 0.95).any(axis=2).mean()
     assert pixels.std() > 0.05 and non_white > 0.02, "the screenshot is (nearly) blank"
     dom = subprocess.run(
