@@ -21,7 +21,7 @@ from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device
 from evalsentry.tasks.gate import gate_candidate
 from evalsentry.tasks.history import write_comparisons, write_history
 from evalsentry.tasks.report import publish_report
-from evalsentry.weeks import iso_week, now_utc
+from evalsentry.weeks import iso_week
 
 SHA_CHARS = 8  # of the checkpoint's sha256 in the run name, as `git log --oneline` shortens
 
@@ -69,6 +69,7 @@ def evaluate_candidate(
         gate=lambda evaluation: gate_candidate(
             settings.store_url, evaluation, settings.gate, settings.evalsets_dir
         ),
+        record_verdicts=lambda rows: write_comparisons(settings.store_url, rows),
     )
     try:
         run = evaluate_candidate_(
@@ -82,11 +83,11 @@ def evaluate_candidate(
             [f"{model} candidate {checkpoint}: {exc.error}"],
         )
     report, run_id, outcomes, validations = run.report, run.run_id, run.outcomes, run.validations
-    write_comparisons(settings.store_url, [c.row(run_id, now_utc()) for c in report.comparisons])
     location = publish_report(
         settings.store_url,
         report,
-        outcomes,
+        [o.evaluation for o in outcomes],
+        [m for o in outcomes for m in o.metrics],
         validations,
         run_name=runtime.flow_run.name or f"evaluate-candidate-{model}-{run_id[:RUN_ID_CHARS]}",
         key_prefix="evaluate-candidate",

@@ -18,32 +18,32 @@ from evalsentry.errors import (
     ConfigError,
     EvalsentryError,
     HistoryError,
-    RegistryError,
     UsageError,
 )
 from evalsentry.evalsets import Evalset, list_evalsets
 from evalsentry.flows.dask_cluster import dask_runner
 from evalsentry.flows.runs import RUN_ID_CHARS, fail, short_id
-from evalsentry.gate import Comparison, GateReport, Verdict
+from evalsentry.gate import GateReport, Verdict
 from evalsentry.history import History
 from evalsentry.isolation import prestart
-from evalsentry.names import WEEKLY_RUN
+from evalsentry.names import WEEKLY_RUN, WEEKLY_STAGES
 from evalsentry.pipeline import (
-    WEEKLY_STAGES,
     Outcome,
     Target,
+    WeekPlan,
     binding_text,
-    check_bindings,
     new_run_id,
-    pair_targets,
+    not_evaluated,
+    week_results,
 )
+from evalsentry.report import run_scope
 from evalsentry.tasks import events
 from evalsentry.tasks.drift import check_drift
 from evalsentry.tasks.evalsets import check_evalset, load_evalset
 from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device, time_against_previous_week
 from evalsentry.tasks.gate import gate_week
 from evalsentry.tasks.history import write_comparisons, write_drift, write_history
-from evalsentry.tasks.registry import resolve_targets
+from evalsentry.tasks.registry import plan_week
 from evalsentry.tasks.report import publish_report
 from evalsentry.weeks import check_week, iso_week, now_utc
 
@@ -107,6 +107,16 @@ class RunContext:
     run_id: str
     week: str
     device: str
+    stages: tuple[str, ...] = WEEKLY_STAGES  # what it evaluates of each model line
+
+
+def _bindings(settings: Config, evaluations: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Each model line of the week and the evalsets it is evaluated on, in words."""
+    available = list_evalsets(settings.evalsets_dir)
+    return {
+        model: binding_text(model, settings, available)
+        for model in sorted({str(e["model"]) for e in evaluations})
+    }
 
 
 def _evaluate_jobs(
@@ -188,21 +198,21 @@ def _fan_out(jobs: Sequence[Job], run: RunContext) -> list[Outcome]:
 
 def _validate_all(
     names: Sequence[str], evalsets_dir: str, week: str
-) -> tuple[dict[str, dict[str, Any]], list[Comparison]]:
-    """Verify and validate each evalset once; an invalid one becomes an ERROR and an event."""
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Verify and validate each evalset once; an invalid one is logged, with an event.
+
+    Returns:
+        Each evalset's validation result, and for each invalid one why.
+    """
     validations: dict[str, dict[str, Any]] = {}
-    invalid: list[Comparison] = []
+    invalid: dict[str, str] = {}
     for name in names:
         try:
             validations[name] = check_evalset(name, evalsets_dir)
         except EvalsentryError as exc:
             get_run_logger().error("evalset %s is invalid: %s", name, exc)
             validations[name] = {"success": False, "error": str(exc)}
-            invalid.append(
-                Comparison.not_evaluated(
-                    week, f"evalset invalid, nothing evaluated: {exc}", evalset=name
-                )
-            )
+            invalid[name] = str(exc)
             events.evalset_invalid(name, str(exc), week)
     return validations, invalid
 
@@ -210,27 +220,45 @@ def _validate_all(
 def _evaluate_and_record(
     jobs: Sequence[Job],
     run: RunContext,
-    task_runner: str,
-    dask_address: str | None,
-    fan_out: bool,
+    runner: RunnerChoice,
+    not_evaluated: Sequence[Outcome],
 ) -> list[Outcome]:
-    """Run the jobs where asked (threads, Dask, or child flow runs) and append them to the history."""
-    if fan_out:  # the child runs append their own results
-        return _fan_out(jobs, run)
-    if task_runner == "dask":  # each worker measures its own energy
-        with dask_runner(dask_address) as runner:
-            outcomes = _evaluate_jobs(jobs, run, None, runner)
-    elif task_runner == "thread":
+    """Run the jobs where asked (threads, Dask, or child flow runs); record them in the history.
+
+    ``not_evaluated`` (the pairs that could not run: an unbound line, an invalid evalset, a line
+    no run of the week covered) are recorded with them, one commit for the run.
+    """
+    if runner.fan_out:  # the child runs append their own results
+        outcomes = _fan_out(jobs, run) if jobs else []
+    elif runner.task_runner == "dask":  # each worker measures its own energy
+        with dask_runner(runner.dask_address) as dask:
+            outcomes = _evaluate_jobs(jobs, run, None, dask)
+    elif runner.task_runner == "thread":
         meter = CostMeter()
         try:
             outcomes = _evaluate_jobs(jobs, run, meter)
         finally:
             meter.close()
     else:
-        raise UsageError(f"task_runner {task_runner!r}: use thread or dask")
-    if outcomes:
-        write_history(run.settings.store_url, outcomes)
+        raise UsageError(f"task_runner {runner.task_runner!r}: use thread or dask")
+    unrecorded = list(not_evaluated) if runner.fan_out else [*outcomes, *not_evaluated]
+    if unrecorded:
+        write_history(run.settings.store_url, unrecorded, run.stages)
     return outcomes
+
+
+@dataclass(frozen=True)
+class RunnerChoice:
+    """Where the evaluations run: the flow's threads, Dask, or child flow runs."""
+
+    task_runner: str = "thread"
+    dask_address: str | None = None
+    fan_out: bool = False
+
+    @property
+    def times_here(self) -> bool:
+        """Paired timing needs the device the evaluations ran on: this process's (threads)."""
+        return self.task_runner == "thread" and not self.fan_out
 
 
 @flow(name="weekly-eval", flow_run_name=_run_name, log_prints=True)
@@ -258,103 +286,123 @@ def weekly_eval(
     Args:
         config_path: The project's evalsentry.yaml, relative to the run's working directory.
     """
-    logger = get_run_logger()
     settings = load_config(config_path)
     week = resolve_week(week)
-    run_id = new_run_id()
     try:
         History(settings.store_url).check_root()  # in seconds, not after the week's inference
     except HistoryError as exc:
         return fail(f"{week}: ERROR the store is unusable", [str(exc)])
+    run = RunContext(settings, config_path, new_run_id(), week, device, tuple(stages))
     try:
-        targets = resolve_targets(settings.registry_url, models, list(stages))
-    except RegistryError as exc:  # nothing to evaluate is never a pass
-        return fail(f"{week}: ERROR nothing to evaluate", [str(exc)])
-    available = list_evalsets(settings.evalsets_dir)
-    try:
-        check_bindings(settings, available)
+        plan = plan_week(settings, week, run.run_id, models, evalsets, stages)
     except ConfigError as exc:
         return fail(f"{week}: ERROR the config does not fit the evalsets", [str(exc)])
-    pairs, unbound = pair_targets(targets, settings, available, evalsets)
-    # A named evalset that does not exist is validated anyway: its ERROR says so.
-    names = sorted({name for _, name in pairs} | set(evalsets or ()) - set(available))
-    logger.info(
-        "%s: %d evaluation(s) of %d checkpoint(s) on %d evalset(s), history run id %s",
-        week,
-        len(pairs),
-        len(targets),
-        len(names),
-        run_id,
-    )
-    for reason in unbound.values():
-        logger.error(reason)
+    except UsageError as exc:  # nothing to evaluate is never a pass
+        return fail(f"{week}: ERROR nothing to evaluate", [str(exc)])
+    ran = _run_plan(run, plan, RunnerChoice(task_runner, dask_address, fan_out))
+    # The verdict of the week, whatever runs recorded it: the same gate as `evalsentry gate`.
+    report = gate_week(settings.store_url, week, settings.gate, settings.evalsets_dir)
+    return _publish(run, report, ran, plan.partial)
 
-    if pairs and task_runner == "thread" and not fan_out:
+
+@dataclass(frozen=True)
+class Ran:
+    """What one weekly run did: its evaluations, the evalsets' validations, live drift."""
+
+    outcomes: list[Outcome]
+    validations: dict[str, dict[str, Any]]
+    drifts: list[DriftResult]
+
+
+def _run_plan(run: RunContext, plan: WeekPlan, runner: RunnerChoice) -> Ran:
+    """Validate, evaluate and record the plan's pairs (its ERROR rows with them); time, drift."""
+    logger = get_run_logger()
+    settings, week = run.settings, run.week
+    names = sorted({name for _, name in plan.pairs})
+    logger.info(
+        "%s: %d evaluation(s) on %d evalset(s)%s, history run id %s",
+        week,
+        len(plan.pairs),
+        len(names),
+        f" (a partial run: {plan.partial})" if plan.partial else "",
+        run.run_id,
+    )
+    for outcome in plan.errors:
+        logger.error(outcome.evaluation["error"])
+    if plan.pairs and runner.times_here:
         prestart()  # the evaluation process imports torch while the evalsets are validated
-    validations, not_evaluated = _validate_all(names, settings.evalsets_dir, week)
-    not_evaluated += [
-        Comparison.not_evaluated(week, reason, model=model) for model, reason in unbound.items()
+    validations, invalid = _validate_all(names, settings.evalsets_dir, week)
+    errors = plan.errors + [
+        not_evaluated(
+            target,
+            name,
+            f"the evalset is invalid: {invalid[name]}",
+            run_id=run.run_id,
+            week=week,
+        )
+        for target, name in plan.pairs
+        if name in invalid
     ]
     loaded = {
-        name: load_evalset(name, settings.evalsets_dir)
-        for name in names
-        if validations[name].get("success")
+        name: load_evalset(name, settings.evalsets_dir) for name in names if name not in invalid
     }
-    jobs = [(target, loaded[name], validations[name]) for target, name in pairs if name in loaded]
-    run = RunContext(settings, config_path, run_id, week, device)
-    outcomes = _evaluate_and_record(jobs, run, task_runner, dask_address, fan_out)
+    jobs = [(t, loaded[name], validations[name]) for t, name in plan.pairs if name in loaded]
+    outcomes = _evaluate_and_record(jobs, run, runner, errors)
+    for outcome in outcomes:
+        if not outcome.ok:
+            events.checkpoint_failed(outcome.evaluation)
     drifts = [
         d
         for evalset in loaded.values()
         if evalset.spec.name in settings.drift.live
-        for d in on_device(check_drift, device)(evalset, outcomes, settings, device)
+        for d in on_device(check_drift, run.device)(evalset, outcomes, settings, run.device)
     ]
-    for outcome in outcomes:
-        if not outcome.ok:
-            events.checkpoint_failed(outcome.evaluation)
-    # Timing needs the device the evaluations ran on: this process's, on the thread runner.
-    slowdowns = (
-        time_against_previous_week(outcomes, loaded, settings, week, device)
-        if task_runner == "thread" and not fan_out
-        else []
-    )
+    write_drift(settings.store_url, [d.row(run.run_id, week) for d in drifts])
+    if runner.times_here:  # recorded before the gate of the week, which reads them
+        slowdowns = time_against_previous_week(outcomes, loaded, settings, week, run.device)
+        write_comparisons(settings.store_url, [c.row(run.run_id, now_utc()) for c in slowdowns])
+    return Ran(outcomes, validations, drifts)
 
-    report = gate_week(settings.store_url, week, settings.gate, settings.evalsets_dir, models)
-    # When nothing ran because of invalid evalsets or unbound models, their ERROR rows say
-    # why; the gate's "nothing evaluated" would only repeat it.
-    report = GateReport(
-        week,
-        not_evaluated + (report.comparisons if outcomes or not not_evaluated else []) + slowdowns,
-        report.strict,
-    )
-    created = now_utc()
+
+def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None) -> Any:
+    """Record the week's verdicts, publish its report and artifacts, alert; the run's end.
+
+    The report covers every current result of the week (whichever run recorded it), and a
+    partial run's says what the run itself evaluated.
+    """
+    logger = get_run_logger()
+    settings, week = run.settings, run.week
     write_comparisons(
-        settings.store_url, [c.row(run_id, created) for c in report.comparisons if c.recorded]
+        settings.store_url,
+        [c.row(run.run_id, now_utc()) for c in report.comparisons if c.recorded],
     )
-    write_drift(settings.store_url, [d.row(run_id, week) for d in drifts])
-    for result in drifts:
+    for result in ran.drifts:
         if result.verdict != Verdict.PASS:
             events.drift(result, week)
+    evaluations, metrics = week_results(History(settings.store_url), week)
     location = publish_report(
         settings.store_url,
         report,
-        outcomes,
-        validations,
-        run_name=runtime.flow_run.name or f"weekly-eval-{week}-{run_id[:RUN_ID_CHARS]}",
-        drifts=drifts,
+        evaluations,
+        metrics,
+        ran.validations,
+        run_name=runtime.flow_run.name or f"weekly-eval-{week}-{run.run_id[:RUN_ID_CHARS]}",
+        drifts=ran.drifts,
         config=settings,
-        bindings={t.model: binding_text(t.model, settings, available) for t in targets},
+        bindings=_bindings(settings, evaluations),
+        scope=run_scope(ran.outcomes, partial),
     )
     logger.info("report: %s", location)
     # INCONCLUSIVE is reported like a WARN (the run completes) unless gate.strict is set,
     # which makes it a problem of the week like a FAIL.
     for comparison in report.warnings + (report.inconclusive if not report.strict else []):
         logger.warning(comparison.describe())
-
     bad = report.problems
     for comparison in bad:
         events.regression(comparison, week)
-    drifted = [d for d in drifts if d.verdict == Verdict.FAIL] if settings.drift.fail_run else []
+    drifted = (
+        [d for d in ran.drifts if d.verdict == Verdict.FAIL] if settings.drift.fail_run else []
+    )
     if bad or drifted:
         events.week_failed(report, drifted)  # the one alert of a failed week
         return _verdict(report, drifted)
@@ -363,7 +411,11 @@ def weekly_eval(
         "verdict": str(report.verdict),
         "warnings": [c.describe() for c in report.warnings],
         "inconclusive": [c.describe() for c in report.inconclusive],
-        "evaluations": len(outcomes),
-        "drift": {d.feature + (f"@{d.model}" if d.model else ""): str(d.verdict) for d in drifts},
+        "evaluations": len(evaluations),
+        "evaluated_by_this_run": len(ran.outcomes),
+        "partial": partial,
+        "drift": {
+            d.feature + (f"@{d.model}" if d.model else ""): str(d.verdict) for d in ran.drifts
+        },
         "report": location,
     }

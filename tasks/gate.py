@@ -13,17 +13,9 @@ from evalsentry.history import History
 
 
 @task(name="gate-week", cache_policy=NO_CACHE)
-def gate_week(
-    store_url: str,
-    week: str,
-    policy: GatePolicy,
-    evalsets_dir: str,
-    models: list[str] | None = None,
-) -> GateReport:
-    """Compare the week's production results (of ``models``, default all) with the previous week and the baseline."""
-    return gate.gate_week(
-        History(store_url), week, policy, evalsets_dir=evalsets_dir, models=models
-    )
+def gate_week(store_url: str, week: str, policy: GatePolicy, evalsets_dir: str) -> GateReport:
+    """The week's verdict: every result recorded for it, gated as ``evalsentry gate`` does."""
+    return gate.gate_week(History(store_url), week, policy, evalsets_dir=evalsets_dir)
 
 
 @task(name="gate-candidate", cache_policy=NO_CACHE)

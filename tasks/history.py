@@ -9,13 +9,19 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from evalsentry.history import History
+from evalsentry.names import WEEKLY_STAGES
 from evalsentry.pipeline import Outcome, record
 
 
 @task(name="write-history", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2)
-def write_history(store_url: str, outcomes: Sequence[Outcome]) -> int:
-    """Append the run's evaluations, metrics and predictions; returns the rows written."""
-    record(History(store_url), outcomes)
+def write_history(
+    store_url: str, outcomes: Sequence[Outcome], stages: Sequence[str] = WEEKLY_STAGES
+) -> int:
+    """Append the run's evaluations, metrics and predictions; returns the rows written.
+
+    ``stages``: what the run evaluates of each model line (its rows supersede those).
+    """
+    record(History(store_url), outcomes, stages)
     return len(outcomes)
 
 

@@ -1,4 +1,4 @@
-"""Registry task: which checkpoints this run evaluates."""
+"""Registry task: what a weekly run evaluates, and the ERROR rows of what it cannot."""
 
 from __future__ import annotations
 
@@ -8,20 +8,36 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from evalsentry import pipeline
-from evalsentry.pipeline import Target
+from evalsentry.config import Config
+from evalsentry.history import History
+from evalsentry.pipeline import WeekPlan
 from evalsentry.registry import Registry
 from evalsentry.tasks import unless_usage_error
 
 
 @task(
-    name="resolve-checkpoints",
+    name="plan-week",
     cache_policy=NO_CACHE,
     retries=2,
     retry_delay_seconds=2,
     retry_condition_fn=unless_usage_error,
 )
-def resolve_targets(
-    registry_url: str, models: Sequence[str] | None, stages: Sequence[str]
-) -> list[Target]:
-    """The newest version of each model in each stage; fails when that is nothing."""
-    return pipeline.resolve_targets(Registry(registry_url), models, stages)
+def plan_week(
+    config: Config,
+    week: str,
+    run_id: str,
+    models: Sequence[str] | None,
+    evalsets: Sequence[str] | None,
+    stages: Sequence[str],
+) -> WeekPlan:
+    """The checkpoints and evalsets this run evaluates; fails when that is nothing."""
+    return pipeline.plan_week(
+        config,
+        Registry(config.registry_url),
+        History(config.store_url),
+        week=week,
+        run_id=run_id,
+        models=models,
+        evalsets=evalsets,
+        stages=stages,
+    )

@@ -19,7 +19,6 @@ from evalsentry.drift import DriftResult
 from evalsentry.gate import GateReport
 from evalsentry.history import History
 from evalsentry.html_report import render_report
-from evalsentry.pipeline import Outcome
 from evalsentry.report import browser_link, file_stem, metrics_table, weekly_markdown
 from evalsentry.storage import filesystem, join, write_atomic
 
@@ -30,7 +29,8 @@ REPORTS = "reports"
 def publish_report(
     store_url: str,
     report: GateReport,
-    outcomes: Sequence[Outcome],
+    evaluations: Sequence[Mapping[str, Any]],
+    metrics: Sequence[Mapping[str, Any]],
     validations: Mapping[str, Mapping[str, Any]],
     *,
     run_name: str,
@@ -38,22 +38,25 @@ def publish_report(
     drifts: Sequence[DriftResult] = (),
     config: Config | None = None,
     bindings: Mapping[str, str] | None = None,
+    scope: str | None = None,
 ) -> str:
     """Write this run's Markdown (and, with ``config``, HTML) report and the week's latest copy.
 
-    ``bindings`` (model line -> its evalsets, in words) is shown at the top of both.
+    ``evaluations`` and ``metrics`` are the rows the report covers (a week's: every current
+    result of it, whichever run recorded it). ``bindings`` (model line -> its evalsets, in
+    words) is shown at the top of both; ``scope`` says what a partial run itself evaluated.
 
     Publishes the Markdown as an artifact, the overall metrics as a table, and a link to this
     run's report file (HTML when written). Returns that file's URL.
     """
-    evaluations = [o.evaluation for o in outcomes]
-    metrics = [m for o in outcomes for m in o.metrics]
     history = History(store_url)
-    bill = lifetime(history, config) if config is not None else None
-    markdown = weekly_markdown(report, evaluations, metrics, validations, drifts, bindings, bill)
+    bill = lifetime(history, config, until=report.week) if config is not None else None
+    markdown = weekly_markdown(
+        report, evaluations, metrics, validations, drifts, bindings, bill, scope
+    )
     files = {".md": markdown.encode()}
     if config is not None:
-        files[".html"] = render_report(history, report, bindings, bill).encode()
+        files[".html"] = render_report(history, report, bindings, bill, scope).encode()
     fs, root = filesystem(store_url)
     this_run, latest = file_stem(run_name), f"{key_prefix}-{report.week}"
     for suffix, data in files.items():

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from evalsentry.names import WEEKLY_RUN
-from evalsentry.weeks import iso_week, week_start, weeks_in_order
+from evalsentry.weeks import iso_week, week_start, weeks_in_order, weeks_up_to
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -110,14 +110,22 @@ class Lifetime:
         return bool(self.rows.empty)
 
 
-def lifetime(history: History, config: Config) -> Lifetime:
-    """The lifetime bill from the history's evaluations and the registry's lineage."""
+def lifetime(history: History, config: Config, until: str | None = None) -> Lifetime:
+    """The lifetime bill from the history's evaluations and the registry's lineage.
+
+    ``until`` (a week) bills that week and those before it only: a report of an earlier week
+    shows the bill as it stood then.
+    """
     from evalsentry.registry import Registry
 
     evaluations = history.evaluations()
+    if until is not None:
+        evaluations = evaluations[evaluations["week"].isin(weeks_up_to(evaluations["week"], until))]
     rates = serving_rates(evaluations, config.cost)
     entries = Registry(config.registry_url).list()
     rows, notes = lifetime_bill(evaluations, entries, config, rates)
+    if until is not None:
+        rows = rows[rows["week"].isin(weeks_up_to(rows["week"], until))]
     return Lifetime(rows, line_bills(rows, config, rates), notes)
 
 

@@ -39,6 +39,7 @@ class CandidateSteps:
     infer: Callable[..., Outcome]
     record: Callable[[Sequence[Outcome]], Any]
     gate: Callable[[dict[str, Any]], GateReport]
+    record_verdicts: Callable[[Sequence[dict[str, Any]]], Any]  # comparisons rows
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ def _library_steps(
         infer=evaluate_checkpoint,
         record=lambda outcomes: record(history, outcomes),
         gate=gate,
+        record_verdicts=history.append_comparisons,
     )
 
 
@@ -126,7 +128,8 @@ def evaluate_candidate(
     Every evalset is verified by hash before use and validated (the library step reuses a passed
     expectation-suite result while its manifest, suite and GX version are unchanged); each result is recorded as a
     candidate check (``kind`` ``CANDIDATE_CHECK``, never a week's result) before it is gated, so an
-    unusable candidate leaves its error row behind.
+    unusable candidate leaves its error row behind; the verdicts are recorded too (an ERROR for
+    an evaluation that failed), so what CI decided about a file is in the history.
 
     Args:
         checkpoint: The checkpoint file.
@@ -148,10 +151,10 @@ def evaluate_candidate(
 
     """
     from evalsentry.cost import CostMeter
-    from evalsentry.gate import GateReport
+    from evalsentry.gate import GateReport, failed_verdict
     from evalsentry.names import CANDIDATE_CHECK
     from evalsentry.pipeline import Target, new_run_id
-    from evalsentry.weeks import iso_week
+    from evalsentry.weeks import iso_week, now_utc
 
     week, run_id = iso_week(), new_run_id()
     if steps is None:
@@ -182,9 +185,12 @@ def evaluate_candidate(
             outcomes.append(outcome)
             steps.record([outcome])
             if not outcome.ok:
+                failed = failed_verdict(outcome.evaluation)
+                steps.record_verdicts([failed.row(run_id, now_utc())])
                 raise CandidateNotEvaluated(str(checkpoint), name, outcome)
             comparisons += steps.gate(outcome.evaluation).comparisons
     finally:
         meter.close()
     report = GateReport(week, comparisons, strict or settings.gate.strict)
+    steps.record_verdicts([c.row(run_id, now_utc()) for c in report.comparisons if c.recorded])
     return CandidateRun(week, run_id, report, outcomes, validations)

@@ -52,7 +52,7 @@ from evalsentry.identity import (
     field_digests,
 )
 from evalsentry.names import check_name
-from evalsentry.storage import filesystem, join, sha256_file, write_atomic
+from evalsentry.storage import filesystem, join, sha256_file, shared_mode, write_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -131,6 +131,7 @@ def freeze_evalset(
         tempfile.mkdtemp(dir=dest.parent if dest.parent.exists() else None, prefix=f".{name}.")
     )
     try:
+        tmp.chmod(shared_mode(folder=True))  # mkdtemp's folder is private; the evalset is shared
         (tmp / DATA_DIR).mkdir()
         pq.write_table(table, tmp / DATA_DIR / DATA_FILE, compression="zstd")
         digest, size = sha256_file(tmp / DATA_DIR / DATA_FILE)
@@ -216,20 +217,9 @@ def seal_evalset(name_or_path: str | Path, evalsets_dir: str | Path | None = Non
     pins = yaml.safe_dump({"field_sha256": field_digests(spec.result_fields())}, sort_keys=False)
     # Appended, so the manifest's text (and its review diff) otherwise stays as it was.
     sealed = read_manifest_text(folder).rstrip("\n") + "\n" + pins
-    mode = _mode(path)
-    write_atomic(fs, path, sealed.encode())
-    if mode is not None:  # write_atomic's temporary file is private; keep the file's mode
-        Path(path).chmod(mode)
+    write_atomic(fs, path, sealed.encode())  # the manifest keeps its mode
     log.info("sealed evalset %s: %s pinned", spec.name, ", ".join(RESULT_FIELDS))
     return read_spec(folder)
-
-
-def _mode(path: str) -> int | None:
-    """A local file's permission bits, else None."""
-    try:
-        return Path(path).stat().st_mode & 0o777
-    except OSError:
-        return None
 
 
 def read_source(path: str | Path) -> pa.Table:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from evalsentry.config import GatePolicy
 from evalsentry.errors import UsageError, did_you_mean
 from evalsentry.history import History
 from evalsentry.metrics import OVERALL, metric_names, slice_columns, slice_masks
-from evalsentry.names import WEEKLY_RUN
+from evalsentry.names import TIMING_METRIC, WEEKLY_RUN
 from evalsentry.verdicts import SEVERITY, Comparison, GateReport, Reference, Verdict
 from evalsentry.weeks import latest_week
 
@@ -39,6 +39,7 @@ __all__ = [
     "Verdict",
     "align",
     "compare",
+    "failed_verdict",
     "gate_candidate",
     "gate_week",
     "nothing_evaluated",
@@ -86,16 +87,30 @@ def _units(columns: dict[str, np.ndarray], policy: GatePolicy) -> list[Unit]:
     return [Unit(OVERALL, None, "gate")] + [Unit(name, mask, family) for name, mask in slices]
 
 
+def _owner(row: pd.Series) -> dict[str, Any]:
+    """The fields of a comparison that say whose it is: the evaluation row's."""
+    return {
+        "evaluation_id": row["evaluation_id"],
+        "week": row["week"],
+        "model": row["model"],
+        "version": _int(row.get("version")),
+        "evalset": row["evalset"],
+        "kind": _text(row.get("kind")),
+        "stage": _text(row.get("stage")),
+        "checkpoint_sha256": _text(row.get("checkpoint_sha256")),
+    }
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _verdict(
     row: pd.Series, verdict: Verdict, reference: Reference, reason: str, **fields: Any
 ) -> Comparison:
     """A verdict on one evaluation row as a whole (metric ``*`` unless given)."""
     return Comparison(
-        evaluation_id=row["evaluation_id"],
-        week=row["week"],
-        model=row["model"],
-        version=_int(row.get("version")),
-        evalset=row["evalset"],
+        **_owner(row),
         reference=reference,
         metric=fields.pop("metric", "*"),
         verdict=verdict,
@@ -106,6 +121,20 @@ def _verdict(
 
 def _error(row: pd.Series, reference: Reference, reason: str, **fields: Any) -> Comparison:
     return _verdict(row, Verdict.ERROR, reference, reason, **fields)
+
+
+def failed_verdict(row: Mapping[str, Any]) -> Comparison:
+    """The ERROR of an evaluation row with no result (status ``error``), with its reason.
+
+    ``evaluation failed`` when the checkpoint ran on the evalset and broke; ``not evaluated``
+    when it never got there (an invalid evalset, a line bound to none, a line no run covered):
+    such a row names no evalset hash.
+    """
+    import pandas as pd
+
+    ran = isinstance(row.get("evalset_sha256"), str)
+    what = "evaluation failed" if ran else "not evaluated"
+    return _error(pd.Series(row), Reference.NONE, f"{what}: {row['error']}")
 
 
 def _int(value: Any) -> int | None:
@@ -206,11 +235,7 @@ def compare(
             decision = decided[id(m)]
             out.append(
                 Comparison(
-                    evaluation_id=current["evaluation_id"],
-                    week=current["week"],
-                    model=current["model"],
-                    version=_int(current.get("version")),
-                    evalset=current["evalset"],
+                    **_owner(current),
                     reference=reference_kind,
                     metric=metric,
                     slice=unit.name,
@@ -324,7 +349,7 @@ def gate_week(
             week, [nothing_evaluated(history, week, model or models, evalset)], policy.strict
         )
     for _, row in this_week[this_week["status"] != "ok"].iterrows():
-        comparisons.append(_error(row, Reference.NONE, f"evaluation failed: {row['error']}"))
+        comparisons.append(failed_verdict(row))
     ok = frame[frame["status"] == "ok"]
     production = ok[ok["stage"] == "production"]
     for (line_model, line_evalset), line in production.groupby(["model", "evalset"]):
@@ -363,7 +388,25 @@ def gate_week(
                 num_classes,
                 gating=False,
             )
+    comparisons += _stored_timing(history, production[production["week"] == week])
     return GateReport(week, comparisons, policy.strict)
+
+
+def _stored_timing(history: History, current: pd.DataFrame) -> list[Comparison]:
+    """The paired-timing verdicts recorded for these evaluations (by the run that timed them).
+
+    Timing runs in the weekly run (it needs the checkpoints and the device); its verdict is
+    part of the week from then on, so every later gate of the week reports it too.
+    """
+    from evalsentry.history import records
+
+    if current.empty:
+        return []
+    stored = history.comparisons(current["evaluation_id"])
+    if stored.empty:
+        return []
+    timing = stored[stored["metric"] == TIMING_METRIC]
+    return [Comparison.from_row(row) for row in records(timing)]
 
 
 def nothing_evaluated(

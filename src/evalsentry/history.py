@@ -17,9 +17,17 @@ refused with a message to upgrade.
 
 Every write creates new files only, each published atomically, and an evaluation's rows are
 committed by writing its ``evaluations`` file last: metrics or predictions without their
-evaluation row are never read. Re-running a week supersedes, in the read view, the earlier rows
-with the same key (week, kind, model, version, stage, evalset, checkpoint sha256); the old
-files stay for audit.
+evaluation row are never read.
+
+A re-run supersedes earlier results without touching their files (they stay for audit). The
+current rows are what :func:`superseded` leaves, by a rule a raw reader applies as well (the
+README gives it for DuckDB and pandas):
+
+1. every row listed in some row's ``supersedes`` is outdated: each run lists, when it publishes,
+   the rows it replaces (:meth:`History.supersedes`: a rollback's other version, a promoted
+   line's stale candidate result, a line-level ERROR);
+2. of the rest, the newest (``started_at``) of each ``LINE_KEY`` is current: the same line
+   evaluated again (a re-run, two runs racing, rows written before schema 2 listed nothing).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import io
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +46,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evalsentry.errors import HistoryError
-from evalsentry.names import WEEKLY_RUN, RunKind, check_name
+from evalsentry.names import (
+    CANDIDATE_CHECK,
+    NO_EVALSET,
+    WEEKLY_RUN,
+    WEEKLY_STAGES,
+    RunKind,
+    check_name,
+)
 from evalsentry.storage import (
     blocking_file,
     filesystem,
@@ -54,7 +69,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 EVALUATIONS, METRICS, COMPARISONS, PREDICTIONS, BASELINES = (
     "evaluations",
     "metrics",
@@ -63,7 +78,10 @@ EVALUATIONS, METRICS, COMPARISONS, PREDICTIONS, BASELINES = (
     "baselines",
 )
 COMPACT_ROW_GROUP = 100_000  # small enough for min/max statistics to skip most of a large file
-SUPERSEDE_KEY = ["week", "kind", "model", "version", "stage", "evalset", "checkpoint_sha256"]
+#: The columns naming one result of a line in a week: of its rows not listed in a ``supersedes``,
+#: only the newest is current (a re-run; two runs racing; files written before schema 2). A
+#: candidate check's line is its file: two files checked in one week are two results.
+LINE_KEY = ("week", "kind", "model", "stage", "evalset", "checkpoint")
 _TS = pa.timestamp("us", tz="UTC")
 #: What a Parquet reader raises on a damaged or foreign file: arrow's own errors, or I/O.
 _UNREADABLE = (pa.ArrowException, OSError)
@@ -114,6 +132,8 @@ EVALUATIONS_SCHEMA = pa.schema(
         ("currency", pa.string()),
         ("energy_method", pa.string()),
         ("validation_json", pa.string()),
+        # Schema 2: the ids of the rows this row's run found outdated (see the module's docstring).
+        ("supersedes", pa.list_(pa.string())),
     ]
 )
 METRICS_SCHEMA = pa.schema(
@@ -130,6 +150,10 @@ METRICS_SCHEMA = pa.schema(
         ("ci_high", pa.float64()),
         ("n", pa.int64()),
         ("higher_is_better", pa.bool_()),
+        # Schema 2: copied from the evaluation row, so a metric row says whose it is on its own.
+        ("version", pa.int64()),
+        ("stage", pa.string()),
+        ("kind", pa.string()),
     ]
 )
 COMPARISONS_SCHEMA = pa.schema(
@@ -166,6 +190,10 @@ COMPARISONS_SCHEMA = pa.schema(
         ("drop_bound", pa.float64()),
         ("detectable_drop", pa.float64()),
         ("flip_delta", pa.float64()),
+        # Schema 2: whose verdict it is, so "what did CI say about this file" is one query.
+        ("kind", pa.string()),
+        ("stage", pa.string()),
+        ("checkpoint_sha256", pa.string()),
     ]
 )
 DRIFT = "drift"
@@ -276,23 +304,81 @@ class History:
         evaluations: Sequence[Mapping[str, Any]],
         metrics: Sequence[Mapping[str, Any]] = (),
         predictions: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+        *,
+        stages: Collection[str] = WEEKLY_STAGES,
     ) -> None:
         """Append one run's rows: predictions, then metrics, then the committing evaluations file.
 
-        A crash before the last write leaves files no reader looks at; a crash during a write
-        leaves only a hidden temporary file.
+        Each evaluation row gets its ``supersedes`` (for a weekly run evaluating ``stages``) and
+        each metric row its evaluation's version, stage and kind. A crash before the last write
+        leaves files no reader looks at; a crash during a write leaves only a hidden temporary
+        file.
         """
         if not evaluations:
             return
         run_id = str(evaluations[0]["run_id"])
+        outdated = self.supersedes(evaluations, stages)
+        rows = [{**row, "supersedes": ids} for row, ids in zip(evaluations, outdated, strict=True)]
+        owner = {str(row["evaluation_id"]): row for row in evaluations}
+        metrics = [
+            {**{k: owner[str(m["evaluation_id"])].get(k) for k in METRIC_OWNER}, **m}
+            for m in metrics
+        ]
         for evaluation_id, columns in (predictions or {}).items():
             self.write_predictions(evaluation_id, columns)
         if metrics:
             self._publish(METRICS, _table(metrics, METRICS_SCHEMA), run_id)
-        self._publish(EVALUATIONS, _table(evaluations, EVALUATIONS_SCHEMA), run_id)
+        self._publish(EVALUATIONS, _table(rows, EVALUATIONS_SCHEMA), run_id)
         log.info(
             "history: appended %d evaluation(s), %d metric row(s)", len(evaluations), len(metrics)
         )
+
+    def supersedes(
+        self, rows: Sequence[Mapping[str, Any]], stages: Collection[str] = WEEKLY_STAGES
+    ) -> list[list[str]]:
+        """For each new evaluation row, the current rows of other runs it makes outdated.
+
+        The rule, within one week and kind, for rows of other runs that started earlier:
+
+        - a weekly run's result of a model on an evalset replaces that model's results on that
+          evalset of every stage the run evaluates (``stages``): a rollback or a promotion
+          leaves one current result per line, not one per version;
+        - a model line's ERROR on no evalset (``NO_EVALSET``: it was bound to none) replaces
+          every result of that model, and any result of it replaces such an ERROR;
+        - a candidate check replaces an earlier check of the same file on the same evalset.
+
+        A row that another run's newer row already replaces lists its own id: whichever of
+        two racing runs publishes second settles it.
+        """
+        weeks = sorted({str(row["week"]) for row in rows})
+        current = self.evaluations(weeks=weeks)
+        out: list[list[str]] = []
+        for row in rows:
+            same = current[
+                (current["week"] == row["week"])
+                & (current["kind"] == row["kind"])
+                & (current["model"] == row["model"])
+                & (current["run_id"] != row["run_id"])
+            ]
+            if row["kind"] == CANDIDATE_CHECK:
+                same = same[
+                    (same["evalset"] == row["evalset"])
+                    & (same["checkpoint_sha256"] == row["checkpoint_sha256"])
+                ]
+            else:
+                line = same[
+                    (same["evalset"] == row["evalset"])
+                    | (same["evalset"] == NO_EVALSET)
+                    | (row["evalset"] == NO_EVALSET)
+                ]
+                same = line[line["stage"].isin([*stages, row["stage"]])]
+            started = pd_timestamp(row["started_at"])
+            ids = same.loc[same["started_at"] < started, "evaluation_id"].tolist()
+            newer = same[(same["started_at"] >= started) & (same["stage"] == row["stage"])]
+            if not newer.empty:
+                ids.append(str(row["evaluation_id"]))
+            out.append([str(i) for i in ids])
+        return out
 
     def write_predictions(self, evaluation_id: str, columns: Mapping[str, np.ndarray]) -> None:
         """Store one evaluation's per-example outputs."""
@@ -513,14 +599,15 @@ class History:
         kind: RunKind | None = None,
         include_superseded: bool = False,
     ) -> pd.DataFrame:
-        """Evaluation rows, newest run per key unless ``include_superseded``."""
+        """Evaluation rows: the current ones (see the module's docstring) unless ``include_superseded``."""
         import pyarrow.compute as pc
 
+        # A row and the rows that supersede it share week, kind and model (never always the
+        # evalset: a line's ERROR on no evalset supersedes its rows on each), so the read is
+        # filtered by those and the evalset chosen after the rule is applied.
         conditions = []
         if model is not None:
             conditions.append(pc.field("model") == model)
-        if evalset is not None:
-            conditions.append(pc.field("evalset") == evalset)
         if weeks is not None:
             conditions.append(pc.field("week").isin(list(weeks)))
         if kind is not None:
@@ -535,7 +622,9 @@ class History:
             )
         frame = frame.drop_duplicates("evaluation_id")  # see `metrics`
         if not include_superseded and not frame.empty:
-            frame = frame.sort_values("finished_at").drop_duplicates(SUPERSEDE_KEY, keep="last")
+            frame = frame[~frame["evaluation_id"].isin(superseded(frame))]
+        if evalset is not None:
+            frame = frame[frame["evalset"] == evalset]
         return frame.sort_values(["week", "finished_at"]).reset_index(drop=True)
 
     def metrics(self, evaluation_ids: Iterable[str]) -> pd.DataFrame:
@@ -604,6 +693,98 @@ class History:
             raise HistoryError(
                 f"{path}: week: malformed baseline document ({exc}); set it again"
             ) from None
+
+
+#: The evaluation row's fields each of its metric rows carries (schema 2).
+METRIC_OWNER = ("version", "stage", "kind")
+
+
+def superseded(frame: pd.DataFrame) -> set[str]:
+    """The ids of the evaluation rows of ``frame`` that are not current (the module's rule).
+
+    ``frame`` must hold every row of the weeks, kinds and models it holds any row of: a row and
+    the rows that replace it share those three.
+    """
+    listed = {str(i) for ids in frame["supersedes"].dropna() for i in ids}
+    rest = frame[~frame["evaluation_id"].isin(listed)]
+    lines = rest.assign(
+        checkpoint=rest["checkpoint_sha256"].where(rest["kind"] == CANDIDATE_CHECK, "")
+    )
+    newest = lines.sort_values(
+        ["started_at", "finished_at", "evaluation_id"], na_position="first"
+    ).drop_duplicates(list(LINE_KEY), keep="last")
+    return listed | (set(rest["evaluation_id"]) - set(newest["evaluation_id"]))
+
+
+#: Integer columns that pandas reads as floats when they hold a null.
+INTEGER_COLUMNS = frozenset(
+    f.name for schema in SCHEMAS.values() for f in schema if pa.types.is_integer(f.type)
+)
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows of a history frame as dicts of plain values: None for null, ints as ints.
+
+    What reports, artifacts and run names print (``digits@v2``, never ``v2.0`` or ``nan``).
+    """
+    plain: list[dict[str, Any]] = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    for row in plain:
+        for column in INTEGER_COLUMNS.intersection(row):
+            if row[column] is not None:
+                row[column] = int(row[column])
+    return plain
+
+
+#: ``evalsentry history``'s columns, in order; the README's DuckDB query returns the same.
+RESULTS_COLUMNS = (
+    "week",
+    "kind",
+    "model",
+    "version",
+    "stage",
+    "evalset",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n",
+    "status",
+    "error",
+)
+RESULTS_ORDER = ["week", "model", "evalset", "kind", "stage", "version", "metric"]
+
+
+def results_view(
+    history: History, evaluations: pd.DataFrame, metric: str | None = None
+) -> pd.DataFrame:
+    """``evaluations``' overall metrics, one row each, and one row per evaluation without any.
+
+    What ``evalsentry history`` prints: a failed evaluation stays in view (its metric empty, its
+    error given). Versions and counts are integers (null for a candidate file).
+    """
+    import pandas as pd
+
+    columns = list(RESULTS_COLUMNS)
+    if evaluations.empty:
+        return pd.DataFrame(columns=columns)
+    metrics = history.metrics(evaluations["evaluation_id"])
+    metrics = metrics[metrics["slice"] == ""]
+    if metric is not None:
+        metrics = metrics[metrics["metric"] == metric]
+    kept = ["evaluation_id", "metric", "value", "ci_low", "ci_high", "n"]
+    joined = evaluations.merge(metrics[kept], on="evaluation_id", how="left")
+    if metric is not None:  # the evaluations without a result stay; others without it go
+        joined = joined[joined["metric"].notna() | (joined["status"] != "ok")]
+    joined = joined[columns].astype({"version": "Int64", "n": "Int64"})
+    return joined.sort_values(RESULTS_ORDER, na_position="last").reset_index(drop=True)
+
+
+def pd_timestamp(value: Any) -> Any:
+    """``value`` (a datetime, a pandas Timestamp or an ISO string) as a UTC pandas Timestamp."""
+    import pandas as pd
+
+    stamp = pd.Timestamp(value)
+    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
 
 
 def _reason(exc: BaseException) -> str:

@@ -17,12 +17,12 @@ import numpy as np
 
 from evalsentry import units
 from evalsentry.bill import PARTS, Lifetime, lifetime_table, weekly_parts
-from evalsentry.gate import GateReport, Verdict, align
-from evalsentry.history import History
+from evalsentry.gate import SEVERITY, GateReport, Verdict, align
+from evalsentry.history import History, records
 from evalsentry.names import WEEKLY_RUN
 from evalsentry.report import counts_line
 from evalsentry.stats import flip_masks
-from evalsentry.verdicts import Reference
+from evalsentry.weeks import weeks_up_to
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,6 +45,11 @@ th { background: #f3f3f3; }
 .charts { display: flex; flex-wrap: wrap; gap: 1em; }
 .chart svg { width: 420px; height: auto; }
 """
+
+
+def up_to(frame: pd.DataFrame, week: str) -> pd.DataFrame:
+    """The rows of ``frame`` of ``week`` and the weeks before it (valid ISO weeks only)."""
+    return frame[frame["week"].isin(weeks_up_to(frame["week"], week))]
 
 
 def _esc(value: object) -> str:
@@ -114,7 +119,9 @@ def trend_chart(
     for i in range(1, len(versions)):
         if versions[i] != versions[i - 1]:
             axes.axvline(i - 0.5, color="#9e9e9e", linestyle="--", linewidth=0.8)
-            axes.annotate(f"v{versions[i]}", (i - 0.45, axes.get_ylim()[1]), fontsize=7, va="top")
+            axes.annotate(
+                f"v{int(versions[i])}", (i - 0.45, axes.get_ylim()[1]), fontsize=7, va="top"
+            )
     for i, week in enumerate(rows["week"]):
         verdict = verdicts.get(week)
         if verdict:
@@ -173,12 +180,14 @@ def _flips(history: History, current: pd.Series, previous: pd.Series | None) -> 
         aligned["prediction"] == aligned["target"], cur["prediction"] == cur["target"]
     )
     wrong, right = cur["example_id"][newly_wrong], cur["example_id"][newly_right]
-    return [
-        len(wrong),
-        ", ".join(map(str, wrong[:FLIP_IDS_SHOWN])),
-        len(right),
-        ", ".join(map(str, right[:FLIP_IDS_SHOWN])),
-    ]
+    return [len(wrong), _some(wrong), len(right), _some(right)]
+
+
+def _some(ids: np.ndarray) -> str:
+    """The first ``FLIP_IDS_SHOWN`` example ids, and how many more there are."""
+    shown = ", ".join(map(str, ids[:FLIP_IDS_SHOWN]))
+    more = len(ids) - FLIP_IDS_SHOWN
+    return shown + (f" and {more} more" if more > 0 else "")
 
 
 def _line_section(history: History, report: GateReport, line: pd.DataFrame, week: str) -> str:
@@ -192,22 +201,26 @@ def _line_section(history: History, report: GateReport, line: pd.DataFrame, week
         '<div class="charts">',
     ]
     for metric in sorted(set(metrics["metric"])):
-        verdicts = {}
+        # Each week's dot is its worst gating verdict on the metric, against any reference:
+        # a FAIL against the baseline is never a green dot because last week's PASSed.
+        judged: list[tuple[str, str]] = []
         if not stored.empty:
-            rows = stored[
-                (stored["metric"] == metric)
-                & (stored["slice"] == "")
-                & (stored["reference"] == Reference.PREVIOUS_WEEK)
-            ]
-            verdicts = dict(zip(rows["week"], rows["verdict"], strict=True))
-        for c in report.comparisons:
-            if (
-                c.evaluation_id == current["evaluation_id"]
-                and c.metric == metric
-                and not c.slice
-                and c.reference == Reference.PREVIOUS_WEEK
-            ):
-                verdicts[week] = str(c.verdict)
+            rows = stored[(stored["metric"] == metric) & (stored["slice"] == "") & stored["gating"]]
+            judged += list(zip(rows["week"], rows["verdict"], strict=True))
+        judged = [(w, v) for w, v in judged if w != week]
+        judged += [
+            (week, str(c.verdict))
+            for c in report.comparisons
+            if c.evaluation_id == current["evaluation_id"]
+            and c.metric == metric
+            and not c.slice
+            and c.gating
+        ]
+        verdicts: dict[str, str] = {}
+        for judged_week, verdict in judged:
+            worst = verdicts.get(judged_week)
+            if worst is None or SEVERITY[Verdict(verdict)] > SEVERITY[Verdict(worst)]:
+                verdicts[judged_week] = verdict
         parts.append(
             f'<div class="chart">{trend_chart(line, metrics, metric, verdicts, baseline_week)}</div>'
         )
@@ -294,14 +307,17 @@ def render_report(
     report: GateReport,
     bindings: Mapping[str, str] | None = None,
     bill: Lifetime | None = None,
+    scope: str | None = None,
 ) -> str:
     """The HTML report of ``report``'s week: its verdicts, with trends and the rest from the history.
 
     It renders the gate report it is given (the one the weekly flow computed and published in
-    Markdown too), so the two reports never disagree; it runs no gate of its own.
+    Markdown too), so the two reports never disagree; it runs no gate of its own. ``scope``
+    says what a partial run itself evaluated. Nothing after ``report``'s week is shown: a
+    report of an earlier week reads as it did then.
     """
     week = report.week
-    evaluations = history.evaluations(kind=WEEKLY_RUN)
+    evaluations = up_to(history.evaluations(kind=WEEKLY_RUN), week)
     this_week = evaluations[evaluations["week"] == week]
     production = evaluations[
         (evaluations["status"] == "ok") & (evaluations["stage"] == "production")
@@ -337,7 +353,9 @@ def render_report(
     currency = this_week["currency"].dropna().iloc[0] if this_week["currency"].notna().any() else ""
     body = [
         f'<h1>evalsentry {_esc(week)}: <span class="verdict" style="color:{VERDICT_COLOUR[verdict]}">{verdict}</span></h1>',
+        f"<p><strong>{_esc(report.headline())}</strong></p>",
         f"<p>{_esc(counts_line(report))}.</p>",
+        *([f'<p class="scope">{_esc(scope)}</p>'] if scope else []),
     ]
     if gating:
         body.append(_table(["verdict", "what"], [[c.verdict, c.describe()] for c in gating]))
@@ -373,16 +391,16 @@ def render_report(
             ["checkpoint", "stage", "status", "git", "data", "seed", "trained", "config"],
             [
                 [
-                    f"{r.model}@v{r.version}",
-                    r.stage,
-                    r.status if r.status == "ok" else f"error: {r.error}",
-                    str(r.git_sha or "")[:10],
-                    str(r.data_sha or "")[:12],
-                    r.seed,
-                    str(r.trained_at or "")[:19],
-                    r.config_json,
+                    f"{r['model']}@v{r['version']}",
+                    r["stage"],
+                    r["status"] if r["status"] == "ok" else f"error: {r['error']}",
+                    str(r["git_sha"] or "")[:10],
+                    str(r["data_sha"] or "")[:12],
+                    r["seed"],
+                    str(r["trained_at"] or "")[:19],
+                    r["config_json"],
                 ]
-                for r in this_week.itertuples()
+                for r in records(this_week)
             ],
         )
     )

@@ -10,6 +10,8 @@ from evalsentry.errors import InvalidName
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 #: Registry stages of a checkpoint version (its ``stage``, in the registry and in each history row).
 STAGES = ("candidate", "production", "archived")
+#: What a weekly run evaluates of each model line: its newest version in each of these stages.
+WEEKLY_STAGES = ("production", "candidate")
 
 #: The ``kind`` of a history evaluation row: which run recorded it. Not a registry stage: a
 #: weekly run records ``stage`` candidate rows too, as ``kind`` scheduled. The stored values are
@@ -23,6 +25,12 @@ WEEKLY_RUN: Final[RunKind] = "scheduled"
 #: against production, never part of a week's result.
 CANDIDATE_CHECK: Final[RunKind] = "candidate"
 RUN_KINDS: tuple[RunKind, ...] = (WEEKLY_RUN, CANDIDATE_CHECK)
+#: The ``metric`` of a paired-timing verdict (a new production checkpoint against last week's):
+#: stored with the gate's comparisons, and part of the week's verdict from then on.
+TIMING_METRIC: Final = "microseconds_per_example"
+#: The ``evalset`` of a history row about a whole model line that ran on no evalset (one bound
+#: to none while the project has several): recorded, so the week's ERROR is in the history.
+NO_EVALSET: Final = "*"
 
 
 def check_name(kind: str, name: str) -> str:

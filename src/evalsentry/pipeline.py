@@ -33,7 +33,7 @@ from evalsentry.errors import (
     did_you_mean,
 )
 from evalsentry.history import History
-from evalsentry.names import WEEKLY_RUN, RunKind
+from evalsentry.names import NO_EVALSET, WEEKLY_RUN, WEEKLY_STAGES, RunKind
 from evalsentry.weeks import now_utc
 
 if TYPE_CHECKING:
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
     from evalsentry.registry import Registry, RegistryEntry
 
 log = logging.getLogger(__name__)
-
-WEEKLY_STAGES = ("production", "candidate")  # what a week evaluates of each model
 
 
 @dataclass(frozen=True)
@@ -268,6 +266,164 @@ def check_model_line(model: str, registry: Registry, history: History) -> None:
         )
 
 
+Pair = tuple[Target, str]
+
+
+def expected_pairs(
+    targets: Sequence[Target], config: Config, available: Sequence[str]
+) -> list[Pair]:
+    """Every (checkpoint, evalset) a full week of ``targets`` records a row for.
+
+    A model bound to no evalset where there are several is one pair per checkpoint on
+    ``NO_EVALSET``: its row is the week's ERROR saying how to bind it.
+    """
+    pairs, unbound = pair_targets(targets, config, available)
+    return pairs + [(t, NO_EVALSET) for t in targets if t.model in unbound]
+
+
+def missing_pairs(history: History, week: str, expected: Sequence[Pair]) -> list[Pair]:
+    """The pairs of ``expected`` with no current result in ``week``: no run of it covered them.
+
+    A line's result counts whatever its version (a week evaluates the version in its stage when
+    the week ran); a line-level ERROR (``NO_EVALSET``) counts for every evalset of that model.
+    """
+    current = history.evaluations(weeks=[week], kind=WEEKLY_RUN)
+    have = set(zip(current["model"], current["stage"], current["evalset"], strict=True))
+    return [
+        (target, name)
+        for target, name in expected
+        if (target.model, target.stage, name) not in have
+        and (target.model, target.stage, NO_EVALSET) not in have
+        and not (name == NO_EVALSET and target.model in set(current["model"]))
+    ]
+
+
+@dataclass(frozen=True)
+class WeekPlan:
+    """What one weekly run evaluates, and the ERROR rows of what it cannot."""
+
+    pairs: list[Pair]  # (checkpoint, evalset) to evaluate
+    errors: list[Outcome]  # unbound lines; a partial run's lines no run of the week covered
+    partial: str | None  # what a partial run was asked for ("model(s) wine"); None: the week
+
+
+def plan_week(
+    config: Config,
+    registry: Registry,
+    history: History,
+    *,
+    week: str,
+    run_id: str,
+    models: Sequence[str] | None = None,
+    evalsets: Sequence[str] | None = None,
+    stages: Sequence[str] = WEEKLY_STAGES,
+) -> WeekPlan:
+    """Plan one weekly run: its pairs, and an ERROR row for each line it should cover and cannot.
+
+    A model bound to no evalset among several is an ERROR row (``NO_EVALSET``). A partial run
+    (``models`` or ``evalsets`` leave out lines the week has) also records an ERROR for each
+    line left out that no earlier run of the week covered: the week's verdict covers every line
+    the registry and the bindings say should run, and a missing one is never a pass.
+
+    Raises:
+        NotRegistered, NothingToEvaluate: an unknown model, or nothing registered in ``stages``.
+        ConfigError: a binding or drift setting names a missing evalset.
+        UsageError: ``evalsets`` names a missing evalset, or nothing is bound to those named.
+    """
+    from evalsentry.evalsets import list_evalsets
+
+    targets = resolve_targets(registry, models, stages)
+    available = list_evalsets(config.evalsets_dir)
+    check_bindings(config, available)
+    for name in evalsets or ():
+        if name not in available:
+            raise UsageError(
+                f"evalset {name!r}: no such evalset under {config.evalsets_dir}."
+                f"{did_you_mean(name, available)}"
+            )
+    pairs, unbound = pair_targets(targets, config, available, evalsets)
+    if not pairs and not unbound:
+        raise NothingToEvaluate(
+            f"no registered model is bound to {', '.join(map(repr, evalsets or ()))}; bind one "
+            f"under models: in {config.trust.config_file}"
+        )
+
+    def error(target: Target, evalset: str, reason: str) -> Outcome:
+        return not_evaluated(target, evalset, reason, run_id=run_id, week=week)
+
+    errors = [error(t, NO_EVALSET, unbound[t.model]) for t in targets if t.model in unbound]
+    ran = {(t.model, t.stage, name) for t, name in pairs}
+    ran |= {(t.model, t.stage, NO_EVALSET) for t in targets if t.model in unbound}
+    week_targets = targets if models is None else resolve_targets(registry, None, stages)
+    others = [
+        (t, name)
+        for t, name in expected_pairs(week_targets, config, available)
+        if (t.model, t.stage, name) not in ran
+    ]
+    if not others:
+        return WeekPlan(pairs, errors, None)
+    asked = [f"model(s) {', '.join(models)}"] if models else []
+    asked += [f"evalset(s) {', '.join(evalsets)}"] if evalsets else []
+    partial = ", ".join(asked)
+    for target, name in missing_pairs(history, week, others):
+        on = f" on {name}" if name != NO_EVALSET else ""
+        errors.append(
+            error(
+                target,
+                name,
+                f"no run of {week} covered {target.model}@v{target.version} "
+                f"({target.stage}){on}; the last covered only {partial}. Run it: "
+                f"evalsentry run --week {week} --model {target.model}",
+            )
+        )
+    return WeekPlan(pairs, errors, partial)
+
+
+def not_evaluated(
+    target: Target, evalset: str, reason: str, *, run_id: str, week: str, kind: RunKind = WEEKLY_RUN
+) -> Outcome:
+    """The ERROR row of a pair that should have been evaluated and was not, saying why.
+
+    An unbound model line (``evalset`` ``NO_EVALSET``), an invalid evalset, a line no run of the
+    week covered: recorded like a failed evaluation, so the gate of the week reports it from the
+    history, and a later result of the pair supersedes it.
+    """
+    now = now_utc()
+    row = {
+        "evaluation_id": uuid.uuid4().hex,
+        "run_id": run_id,
+        "week": week,
+        "kind": kind,
+        "started_at": now,
+        "finished_at": now,
+        "status": "error",
+        "error": reason,
+        "model": target.model,
+        "version": target.version,
+        "stage": target.stage,
+        "checkpoint_uri": target.uri,
+        "checkpoint_sha256": target.sha256,
+        "evalset": evalset,
+        "evalsentry_version": __version__,
+        "wall_s": 0.0,
+        **_lineage_fields(target.lineage),
+    }
+    return Outcome(row, [], None)
+
+
+def week_results(history: History, week: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The week's current weekly evaluation rows and their metric rows, as plain records.
+
+    Whatever runs recorded them: what the week's report shows, beside the gate of the week.
+    """
+    from evalsentry.history import records
+
+    frame = history.evaluations(weeks=[week], kind=WEEKLY_RUN)
+    if frame.empty:
+        return [], []
+    return records(frame), records(history.metrics(frame["evaluation_id"]))
+
+
 def new_run_id() -> str:
     """A fresh run id."""
     return uuid.uuid4().hex
@@ -428,8 +584,10 @@ def _metric_rows(
     return rows
 
 
-def record(history: History, outcomes: Sequence[Outcome]) -> None:
-    """Append a run's outcomes to the history."""
+def record(
+    history: History, outcomes: Sequence[Outcome], stages: Sequence[str] = WEEKLY_STAGES
+) -> None:
+    """Append a run's outcomes to the history (a weekly run evaluating ``stages``)."""
     history.append(
         [o.evaluation for o in outcomes],
         [m for o in outcomes for m in o.metrics],
@@ -438,6 +596,7 @@ def record(history: History, outcomes: Sequence[Outcome]) -> None:
             for o in outcomes
             if o.predictions is not None
         },
+        stages=stages,
     )
 
 
@@ -483,15 +642,17 @@ def live_drift(
 
 def outcomes_of_run(history: History, run_id: str) -> list[Outcome]:
     """The outcomes a run recorded, read back from the history (for runs fanned out to workers)."""
+    from evalsentry.history import records
+
     frame = history.evaluations(include_superseded=True)
     rows = frame[frame["run_id"] == run_id]
     metrics = history.metrics(rows["evaluation_id"]) if not rows.empty else None
     outcomes = []
-    for row in rows.to_dict("records"):
+    for row in records(rows):
         own = (
             []
             if metrics is None
-            else metrics[metrics["evaluation_id"] == row["evaluation_id"]].to_dict("records")
+            else records(metrics[metrics["evaluation_id"] == row["evaluation_id"]])
         )
         outcomes.append(Outcome(row, own, history.predictions(row["evaluation_id"])))
     return outcomes

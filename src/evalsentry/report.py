@@ -316,6 +316,25 @@ def file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")[:100] or "report"
 
 
+def run_scope(outcomes: Sequence[Any], partial: str | None) -> str | None:
+    """What a partial run itself evaluated, for its report; None for a run of the whole week.
+
+    ``outcomes`` are the run's own (``pipeline.Outcome``); ``partial`` says what it was asked
+    for (``model(s) wine``).
+    """
+    if partial is None:
+        return None
+    done = ", ".join(
+        f"{_checkpoint(o.evaluation['model'], o.evaluation.get('version'))} on "
+        f"{o.evaluation['evalset']}"
+        for o in outcomes
+    )
+    return (
+        f"Partial run ({partial}): it evaluated {done or 'nothing'}. The verdict and the tables "
+        "cover every result recorded for the week, whichever run recorded it."
+    )
+
+
 def weekly_markdown(
     report: GateReport,
     evaluations: Sequence[Mapping[str, Any]],
@@ -324,12 +343,14 @@ def weekly_markdown(
     drifts: Sequence[Any] = (),
     bindings: Mapping[str, str] | None = None,
     bill: Lifetime | None = None,
+    scope: str | None = None,
 ) -> str:
     """The weekly report, headline and compact summary first, then the details.
 
     The summary fits the Prefect UI's artifact panel; below it come the model lines and the
     evalsets each is bound to, the gate's full table (tolerance, p, flips, why), metrics with
     CIs, lineage, cost, data validation and drift, and (given ``bill``) each line's lifetime bill.
+    ``scope`` (a partial run's :func:`run_scope`) follows the headline.
     """
     details = gate_markdown(report, include_slices=False).rstrip().splitlines()
     if details and details[0].startswith("#"):  # its heading: this report has its own
@@ -339,6 +360,7 @@ def weekly_markdown(
         "",
         f"**{report.headline()}**",
         "",
+        *([f"> {scope}", ""] if scope else []),
         *summary_table(report),
         "",
         *(

@@ -13,6 +13,7 @@ import hashlib
 import os
 import stat
 import tempfile
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -70,8 +71,42 @@ def blocking_file(fs: Any, path: str) -> str | None:
     return None
 
 
+def process_umask() -> int:
+    """The process's file-mode creation mask, read without changing it.
+
+    Linux shows it in ``/proc/self/status``; elsewhere it is read by setting and restoring it,
+    under a lock (the mask is process-wide: another thread must never create a file under 0).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def shared_mode(*, folder: bool = False) -> int:
+    """The mode a plain ``open``/``mkdir`` would give a new file (folder) under the umask.
+
+    ``tempfile`` creates private files (0600) and folders (0700); what evalsentry publishes is
+    for the team (a shared store, a worker running as another user), so it gets this instead.
+    """
+    return (0o777 if folder else 0o666) & ~process_umask()
+
+
 def write_atomic(fs: Any, path: str, data: bytes, *, exclusive: bool = False) -> bool:
     """Write ``data`` to ``path`` so readers see the old file, or the whole new one.
+
+    A new local file gets the mode the process umask gives a plain write (0644 under 0022); a
+    replaced one keeps its own.
 
     Args:
         exclusive: fail (return ``False``) instead of replacing an existing file. Two writers
@@ -100,6 +135,7 @@ def write_atomic(fs: Any, path: str, data: bytes, *, exclusive: bool = False) ->
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), _mode_for(target, exclusive=exclusive))
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -113,6 +149,16 @@ def write_atomic(fs: Any, path: str, data: bytes, *, exclusive: bool = False) ->
         return True
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def _mode_for(target: Path, *, exclusive: bool) -> int:
+    """A replaced file keeps its mode; a new one gets the umask's (``shared_mode``)."""
+    if not exclusive:
+        try:
+            return stat.S_IMODE(target.stat().st_mode)
+        except OSError:  # absent (or unreadable): a new file
+            pass
+    return shared_mode()
 
 
 def unique_name(prefix: str, suffix: str) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from evalsentry.names import WEEKLY_RUN
+from evalsentry.names import TIMING_METRIC, WEEKLY_RUN
 from evalsentry.verdicts import Comparison, Reference, Verdict
 from evalsentry.weeks import week_start, weeks_in_order
 
@@ -45,7 +45,7 @@ EXAMPLES = 2048
 MIN_ROUND_S = 0.05
 MAX_PASSES = 1000
 #: The comparison's metric: its values are microseconds per example, slower is worse.
-METRIC = "microseconds_per_example"
+METRIC = TIMING_METRIC
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 from typing import Any
 
 from evalsentry.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
 from evalsentry.metrics import OVERALL
+from evalsentry.names import NO_EVALSET
 
 BRIEF_REASON_CHARS = 60  # an ERROR's reason in a headline: enough for the cause, not its path
 
@@ -88,6 +90,10 @@ class Comparison:
     #: Regression metrics: newly wrong/right count examples whose absolute error grew/shrank by
     #: more than this; None for classification, where they count prediction flips.
     flip_delta: float | None = None
+    #: Whose verdict it is: the evaluation's run kind, registry stage and checkpoint.
+    kind: str | None = None
+    stage: str | None = None
+    checkpoint_sha256: str | None = None
 
     @classmethod
     def not_evaluated(
@@ -110,6 +116,13 @@ class Comparison:
             verdict=Verdict.ERROR,
             reason=reason,
         )
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Comparison:
+        """A comparison as the history's comparisons table stored it (a plain record)."""
+        names = {f.name for f in fields(cls)}
+        values = {key: value for key, value in row.items() if key in names}
+        return cls(**{**values, "verdict": Verdict(values["verdict"])})
 
     @property
     def recorded(self) -> bool:
@@ -147,14 +160,14 @@ class Comparison:
                 if self.evalset == "*"
                 else f"every checkpoint on {self.evalset}"
             )
-        if self.evalset == "*" and self.version is None:
+        if self.evalset == NO_EVALSET and self.version is None:
             return f"model {self.model}"
         who = (
             f"{self.model}@v{self.version}"
             if self.version is not None
             else f"{self.model} (candidate file)"
         )
-        return who + (f" on {self.evalset}" if with_evalset else "")
+        return who + (f" on {self.evalset}" if with_evalset and self.evalset != NO_EVALSET else "")
 
     @property
     def change(self) -> str:

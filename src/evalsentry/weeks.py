@@ -84,6 +84,15 @@ def weeks_in_order(weeks: Iterable[object]) -> list[str]:
     return sorted(valid, key=valid.__getitem__)
 
 
+def weeks_up_to(weeks: Iterable[object], week: str) -> list[str]:
+    """The valid weeks among ``weeks`` up to and including ``week``, oldest first.
+
+    What a report of ``week`` shows: it reads as it did then, whatever weeks came after.
+    """
+    end = week_start(week)
+    return [w for w in weeks_in_order(weeks) if week_start(w) <= end]
+
+
 def latest_week(weeks: Iterable[object]) -> str | None:
     """The latest valid week among ``weeks`` (compared as dates), or None when there is none."""
     ordered = weeks_in_order(weeks)

@@ -58,8 +58,16 @@ def test_f1_tampered_evalset_fires_the_invalid_event(toy_project: Path, toy_eval
     data.write_bytes(bytes(raw))
     state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
     assert state.is_failed() and "evalset file changed since freeze" in state.message
-    assert _history(toy_project).evaluations().empty
+    _assert_only_not_evaluated(toy_project, "the evalset is invalid: ")
     assert _wait_for_events("evalsentry.evalset.invalid", "evalsentry.evalset.toy")
+
+
+def _assert_only_not_evaluated(project: Path, reason: str) -> None:
+    """The week holds the line's ERROR row, saying why, and no result: nothing ran."""
+    rows = _history(project).evaluations()
+    assert rows["status"].tolist() == ["error"]
+    assert rows["error"].iloc[0].startswith(reason)
+    assert _history(project).metrics(rows["evaluation_id"]).empty
 
 
 def test_f2_suite_breaking_content_fails_before_inference(
@@ -75,7 +83,7 @@ def test_f2_suite_breaking_content_fails_before_inference(
     state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
     assert state.is_failed()
     assert "expect_column_values_to_be_in_set(label)" in state.message
-    assert _history(toy_project).evaluations().empty
+    _assert_only_not_evaluated(toy_project, "the evalset is invalid: ")
 
 
 def test_f5_checkpoint_swapped_for_a_malicious_pickle_is_refused_unrun(

@@ -196,7 +196,7 @@ def test_register_with_a_factory_runs_a_factory_less_checkpoint_end_to_end(
     shown = json.loads(capsys.readouterr().out.split("\n", 2)[2])
     assert shown["lineage"]["model"] == {"factory": "tests.models:TinyNet", "kwargs": kwargs}
 
-    state = weekly_eval(week=WEEK, models=["plain"], config_path=str(project), return_state=True)
+    state = weekly_eval(week=WEEK, config_path=str(project), return_state=True)
 
     assert state.is_completed(), state.message
     rows = History(load_config(project).store_url).evaluations().set_index("model")

@@ -175,17 +175,17 @@ class TestWeeklyEval:
     def test_invalid_evalset_fails_before_any_inference(
         self, toy_project: Path, toy_evalset: Path
     ) -> None:
-        """A tampered evalset ends the run Failed, names the file, and writes no evaluation."""
+        """A tampered evalset ends the run Failed, names the file; the line's ERROR row, no result."""
         data = toy_evalset / "data" / "part-000.parquet"
         raw = bytearray(data.read_bytes())
         raw[len(raw) // 2] ^= 0x01
         data.write_bytes(bytes(raw))
         state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         assert state.is_failed()
-        assert "evalset invalid" in state.message and "part-000.parquet" in state.message
-        assert "ERROR every checkpoint on toy" in state.message
+        assert "the evalset is invalid" in state.message and "part-000.parquet" in state.message
+        assert state.message.startswith("2026-W40: ERROR toy-model@v1 (not evaluated")
         assert "more" not in state.message.split(" | ")[0]  # one problem, not repeated
-        assert history(toy_project).evaluations().empty
+        _assert_nothing_ran(toy_project)
 
     @pytest.mark.parametrize(
         ("field", "value"), [("classes", [1, 0, 2]), ("metrics", ["top5_accuracy"])]
@@ -198,7 +198,7 @@ class TestWeeklyEval:
         state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         assert state.is_failed()
         assert f"evalset.yaml: {field}: changed since freeze" in state.message
-        assert history(toy_project).evaluations().empty
+        _assert_nothing_ran(toy_project)
 
     def test_corrupt_checkpoint_is_an_error_row_and_the_others_complete(
         self, toy_project: Path, toy_checkpoints: dict[str, Path], tmp_path: Path
@@ -404,3 +404,11 @@ def test_a_verdict_is_one_state_line_and_one_log_record_per_detail() -> None:
         return [log.message for log in logs]
 
     assert {"a", "b", "c", "d", "e"} <= set(asyncio.run(messages()))
+
+
+def _assert_nothing_ran(project: Path) -> None:
+    """The week holds the line's ERROR row only: no metric, no prediction."""
+    rows = history(project).evaluations()
+    assert rows["status"].tolist() == ["error"]
+    assert history(project).metrics(rows["evaluation_id"]).empty
+    assert history(project).predictions(rows["evaluation_id"].iloc[0]) is None

@@ -335,10 +335,10 @@ class TestDamagedAndMisplacedStore:
         assert not (store.parent / "fresh").exists()
 
     def test_writing_to_a_store_that_is_a_file_names_the_store(self, store: Path) -> None:
-        """Without the up-front check, the write itself fails naming the store; the file is kept."""
+        """Without the up-front check, an append fails naming the store; the file is kept."""
         store.write_text("not a folder")
         with pytest.raises(
-            HistoryError, match=rf"^{re.escape(str(store))}: cannot write the history: the store"
+            HistoryError, match=rf"^{re.escape(str(store))}: the store is a file, not a folder"
         ):
             record_week(History(str(store)), "2026-W40", accuracy_mask(N, 0.9))
         assert store.read_text() == "not a folder"

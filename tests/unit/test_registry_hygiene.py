@@ -15,7 +15,8 @@ from evalsentry.config import load_config
 from evalsentry.errors import RegistryError
 from evalsentry.evalsets import load_evalset
 from evalsentry.history import History
-from evalsentry.pipeline import WEEKLY_STAGES, Target, evaluate_checkpoint, record, resolve_targets
+from evalsentry.names import WEEKLY_STAGES
+from evalsentry.pipeline import Target, evaluate_checkpoint, record, resolve_targets
 from evalsentry.registry import Registry
 from tests.models import TRUST, TRUSTED_YAML, TinyNet
 

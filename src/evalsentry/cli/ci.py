@@ -10,8 +10,6 @@ commands (``cli/results.py``).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -214,12 +212,6 @@ def emit_gate(
                 f"{option} {path}: cannot write it ({reason or exc}); "
                 "give a file path in a folder you can write to"
             ) from None
-        # write_atomic's temporary file is private (0600); CI steps running as another user
-        # read these files, so give them the mode a plain write would have had.
-        umask = os.umask(0)
-        os.umask(umask)
-        with contextlib.suppress(OSError):
-            Path(target).chmod(0o666 & ~umask)
 
     shown = [c for c in report.comparisons if show_slices or not c.slice]
     print_table(f"evalsentry gate {report.week}: {report.verdict}", HEADERS, comparison_rows(shown))

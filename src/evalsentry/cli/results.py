@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -76,59 +75,39 @@ def history(
     output: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
     config: ConfigOption = None,
 ) -> None:
-    """Show recorded results, one row per week, model, evalset and metric."""
+    """Show the current results, one row per week, model, evalset and metric.
+
+    An evaluation that produced nothing (it failed, or could not run) is one row with its error.
+    """
     if ctx.invoked_subcommand is not None:
         return
+    from evalsentry.history import records, results_view
+
     _, store = ci.project(config)
     if output not in ("table", "csv", "json"):
         raise UsageError(f"--format: {output!r} is not table, csv or json")
     evaluations = store.evaluations(model=model, evalset=evalset)
     if weeks is not None:
         evaluations = _last_weeks(evaluations, weeks)
-    metrics = store.metrics(evaluations["evaluation_id"]) if not evaluations.empty else None
-    if metrics is None or metrics.empty:
+    joined = results_view(store, evaluations, metric)
+    if joined.empty:
         typer.echo("no results recorded yet", err=True)
         return
-    metrics = metrics[metrics["slice"] == ""]
-    if metric is not None:
-        metrics = metrics[metrics["metric"] == metric]
-    columns = [
-        "week",
-        "kind",
-        "model",
-        "version",
-        "stage",
-        "evalset",
-        "metric",
-        "value",
-        "ci_low",
-        "ci_high",
-        "n",
-        "status",
-    ]
-    joined = metrics.drop(columns=["week", "model", "evalset"]).merge(
-        evaluations, on="evaluation_id"
-    )[columns]
-    joined = joined.sort_values(["week", "model", "evalset", "metric"])
     if output == "csv":
         typer.echo(joined.to_csv(index=False), nl=False)
     elif output == "json":
         typer.echo(joined.to_json(orient="records", indent=2))
     else:
         shown = ["week", "kind", "model", "version", "stage", "evalset", "metric"]
-        # A candidate file has no registered version: its rows hold null, the column floats.
-        joined["version"] = [
-            "-" if math.isnan(v) else str(int(v)) for v in joined["version"].astype(float)
-        ]
         rows = [
             [
-                *(str(getattr(r, c)) for c in shown),
-                f"{r.value:.4f}",
-                f"[{r.ci_low:.4f}, {r.ci_high:.4f}]",
-                r.n,
-                r.status,
+                *("-" if r[c] is None else str(r[c]) for c in shown),
+                "" if r["value"] is None else f"{r['value']:.4f}",
+                "" if r["ci_low"] is None else f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]",
+                "" if r["n"] is None else r["n"],
+                r["status"] if r["status"] == "ok" else f"error: {r['error']}",
             ]
-            for r in joined.itertuples(index=False)
+            for r in records(joined)
         ]
         print_table("History", [*shown, "value", "95% CI", "n", "status"], rows)
 
@@ -220,7 +199,7 @@ def report(
         evalsets_dir=settings.evalsets_dir,
     )
     week = gated.week
-    html = render_report(store, gated, bill=lifetime(store, settings))
+    html = render_report(store, gated, bill=lifetime(store, settings, until=week))
     if out is not None:
         out.write_text(html, encoding="utf-8")
         target = str(out)

@@ -57,34 +57,37 @@ def _something_to_evaluate(
 
     A store that cannot be written, no checkpoint to evaluate (an empty registry, a mistyped
     model), a binding to a missing evalset, an unknown ``--evalset``, or no checkpoint bound to
-    any evalset of the run.
+    any evalset of the run: the run's own plan (``pipeline.plan_week``), made here first.
     """
     from evalsentry.config import load_config
     from evalsentry.errors import NothingToEvaluate, UsageError, did_you_mean
     from evalsentry.evalsets import list_evalsets
     from evalsentry.history import History
-    from evalsentry.pipeline import WEEKLY_STAGES, check_bindings, pair_targets, resolve_targets
+    from evalsentry.pipeline import new_run_id, plan_week
     from evalsentry.registry import Registry
+    from evalsentry.weeks import iso_week
 
     settings = load_config(config)
-    History(settings.store_url).check_root()
-    targets = resolve_targets(Registry(settings.registry_url), models, WEEKLY_STAGES)
+    history = History(settings.store_url)
+    history.check_root()
     available = list_evalsets(settings.evalsets_dir)
-    check_bindings(settings, available)
     for name in evalsets or ():
         if name not in available:
             raise UsageError(
                 f"--evalset {name!r}: no such evalset under {settings.evalsets_dir}."
                 f"{did_you_mean(name, available)}"
             )
-    pairs, unbound = pair_targets(targets, settings, available, evalsets)
-    if not pairs:
-        raise NothingToEvaluate(
-            next(iter(unbound.values()))
-            if unbound
-            else f"no registered model is bound to {', '.join(map(repr, evalsets or ()))}; "
-            "bind one under models: in evalsentry.yaml"
-        )
+    plan = plan_week(
+        settings,
+        Registry(settings.registry_url),
+        history,
+        week=iso_week(),
+        run_id=new_run_id(),
+        models=models,
+        evalsets=evalsets,
+    )
+    if not plan.pairs:
+        raise NothingToEvaluate(str(plan.errors[0].evaluation["error"]))
 
 
 @app.command()
