@@ -66,6 +66,8 @@ def comparison_row(comparison: Comparison) -> dict[str, Any]:
         "reference": comparison.reference,
         "was": _number(comparison.reference_value),
         "now": _number(comparison.value),
+        "change": _number(comparison.delta),
+        "allowed": _number(comparison.allowed_change),
         "drop": _number(comparison.drop),
         "tolerance": _number(comparison.tolerance),
         "p": _p(comparison.p_adjusted),
@@ -97,8 +99,8 @@ def _worst_first(comparison: Comparison) -> tuple[int, float, float]:
 
 def _line(row: dict[str, Any], comparison: Comparison) -> str:
     text = f"{row['verdict']} {comparison.label}"
-    if row["was"] is not None and row["now"] is not None:
-        text += f": {row['was']} -> {row['now']} (drop {row['drop']}"
+    if row["was"] is not None and row["now"] is not None and row["change"] is not None:
+        text += f": {row['was']} -> {row['now']} (change {row['change']:+}"
         if row["p"] is not None:
             text += f", p={row['p']}"
         if row["flips"] is not None:

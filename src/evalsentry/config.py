@@ -1,7 +1,9 @@
 """The project configuration, ``evalsentry.yaml``, loaded by one pydantic model.
 
 Relative locations are resolved against the folder holding the file, so the same file works
-from any working directory. A missing file means the defaults: a fresh clone works as is.
+from any working directory. Without a path, the project is found as git finds a repository:
+``evalsentry.yaml`` in the working folder or the nearest folder above it holding one; none
+there is an error, never an empty project.
 """
 
 from __future__ import annotations
@@ -330,23 +332,49 @@ class Config(BaseModel):
         return self.resolve(self.evalsets)
 
 
+def find_config(start: str | Path | None = None) -> Path | None:
+    """The project's ``evalsentry.yaml``, found as git finds a repository.
+
+    In ``start`` (default: the working folder) or the nearest folder above it that holds one;
+    None when no folder up to the root does.
+    """
+    folder = Path(start if start is not None else Path.cwd()).resolve()
+    for candidate in (folder, *folder.parents):
+        file = candidate / CONFIG_FILE
+        if file.is_file():
+            return file
+    return None
+
+
 def load_config(path: str | Path | None = None) -> Config:
     """Load ``evalsentry.yaml``.
 
     Args:
-        path: the file; ``None`` means ``./evalsentry.yaml``, and its absence the defaults.
+        path: the file; ``None`` means the project's (:func:`find_config`).
 
     Raises:
-        ConfigError: the file is named but missing, cannot be read, is not UTF-8 YAML, is not
-            a mapping of named settings, or a field is invalid.
+        ConfigError: the file is named but missing, no project is found, or the file cannot be
+            read, is not UTF-8 YAML, is not a mapping of named settings, or a field is invalid.
 
     """
-    explicit = path is not None
-    file = Path(path) if path is not None else Path(CONFIG_FILE)
-    if not file.exists():
-        if explicit:
-            raise ConfigError(file, "", "file not found; create it or drop --config")
-        return Config(root=str(Path.cwd()))
+    if path is None:
+        found = find_config()
+        if found is None:
+            raise ConfigError(
+                CONFIG_FILE,
+                "",
+                f"not found in {Path.cwd()} or any folder above it; run this inside a project, "
+                "or start one with `evalsentry init`",
+            )
+        file = found
+    else:
+        file = Path(path)
+        if not file.exists():
+            raise ConfigError(
+                file,
+                "",
+                "file not found; check the path, or start a project with `evalsentry init`",
+            )
     try:
         text = file.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

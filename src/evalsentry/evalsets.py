@@ -129,6 +129,10 @@ class EvalsetSpec(BaseModel):
     slices: list[str] = Field(default_factory=list)
     classes: list[int] | list[str] | None = None
     metrics: list[str] | None = None
+    #: What a classifier returns: ``logits`` (the default), or ``probabilities`` declared at
+    #: freeze for models ending in a softmax; output that looks like probabilities where logits
+    #: are expected is the model's ERROR, so nll and ECE are never silently wrong.
+    outputs: Literal["logits", "probabilities"] = "logits"
     num_rows: int = Field(ge=0)
     schema_: dict[str, str] = Field(alias="schema")
     files: list[DataFile]
@@ -145,8 +149,12 @@ class EvalsetSpec(BaseModel):
         return classes
 
     def result_fields(self) -> dict[str, Any]:
-        """The fields that change results (``RESULT_FIELDS``), as canonical JSON values."""
-        return {
+        """The fields that change results, as canonical JSON values.
+
+        Every one of ``RESULT_FIELDS``, and each of ``OPTIONAL_RESULT_FIELDS`` set to other than
+        its default (an evalset frozen before such a field existed keeps its identity).
+        """
+        fields = {
             "task": self.task,
             "inputs": self.inputs.model_dump(mode="json", exclude_none=True),
             "target": self.target,
@@ -155,6 +163,9 @@ class EvalsetSpec(BaseModel):
             "metrics": self.metrics,
             "slices": self.slices,
         }
+        if self.outputs != "logits":
+            fields["outputs"] = self.outputs
+        return fields
 
     def identity(self) -> str:
         """Recompute ``evalset_sha256`` under this manifest's ``identity_version``."""

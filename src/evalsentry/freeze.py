@@ -74,6 +74,7 @@ def freeze_evalset(
     slices: Sequence[str] = (),
     classes: Sequence[Any] | None = None,
     metrics: Sequence[str] | None = None,
+    outputs: Literal["logits", "probabilities"] = "logits",
     version: int = 1,
     description: str = "",
     provenance: str = "",
@@ -87,6 +88,8 @@ def freeze_evalset(
     identity under ``IDENTITY_VERSION`` (every field that changes results) and each such field.
 
     Args:
+        outputs: what a classifier returns, ``logits`` or ``probabilities`` (a softmax at the
+            end of the model); part of the evalset's identity.
         source: where the rows came from (a file), named in errors about them.
 
     Raises:
@@ -127,6 +130,11 @@ def freeze_evalset(
             "classes: a regression evalset has no classes (its model returns one value per "
             "example); leave --classes out, or freeze with --task classification"
         )
+    if task != "classification" and outputs != "logits":
+        raise EvalsetError(
+            "outputs: only a classifier returns probabilities; leave --outputs out of a "
+            f"{task} evalset"
+        )
     tmp = Path(
         tempfile.mkdtemp(dir=dest.parent if dest.parent.exists() else None, prefix=f".{name}.")
     )
@@ -149,6 +157,7 @@ def freeze_evalset(
             slices=list(slices),
             classes=list(classes) if classes is not None else None,
             metrics=list(metrics) if metrics else None,
+            outputs=outputs,
             num_rows=len(table),
             # Pinned as read back: Parquet renames list items, so this is what loads will see.
             schema={f.name: str(f.type) for f in pq.read_schema(tmp / DATA_DIR / DATA_FILE)},

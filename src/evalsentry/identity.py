@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 IDENTITY_VERSION = 2  # what freeze writes
 RESULT_FIELDS = ("task", "inputs", "target", "id_column", "classes", "metrics", "slices")
+#: Results-changing fields added since version 2: hashed (and pinned) only when set to other
+#: than their default, so an evalset frozen before keeps its identity.
+OPTIONAL_RESULT_FIELDS = ("outputs",)
 V1_FIELDS = ("task", "inputs", "target", "id_column")
 SUITE_CLASSES = "expect_column_distinct_values_to_equal_set"  # written from the class list
 
@@ -63,14 +66,18 @@ def evalset_identity(
     if version == 1:
         canonical.update({name: fields[name] for name in V1_FIELDS})
     else:
-        canonical.update({name: fields[name] for name in RESULT_FIELDS})
+        canonical.update({name: fields[name] for name in _present(fields)})
         canonical["identity_version"] = version
     return _digest(canonical)
 
 
+def _present(fields: Mapping[str, Any]) -> list[str]:
+    return [*RESULT_FIELDS, *(name for name in OPTIONAL_RESULT_FIELDS if name in fields)]
+
+
 def field_digests(fields: Mapping[str, Any]) -> dict[str, str]:
     """sha256 of each result-changing field on its own, so a changed field can be named."""
-    return {name: _digest(fields[name]) for name in RESULT_FIELDS}
+    return {name: _digest(fields[name]) for name in _present(fields)}
 
 
 def check_fields(spec: EvalsetSpec, where: str, suite: Callable[[], Mapping[str, Any]]) -> None:
@@ -91,7 +98,11 @@ def check_fields(spec: EvalsetSpec, where: str, suite: Callable[[], Mapping[str,
     """
     if spec.field_sha256 is not None:
         digests = field_digests(spec.result_fields())
-        changed = [name for name in RESULT_FIELDS if spec.field_sha256.get(name) != digests[name]]
+        changed = [
+            name
+            for name in (*RESULT_FIELDS, *OPTIONAL_RESULT_FIELDS)
+            if spec.field_sha256.get(name) != digests.get(name)
+        ]
         if changed:
             raise EvalsetFieldChanged(
                 where,
@@ -101,6 +112,14 @@ def check_fields(spec: EvalsetSpec, where: str, suite: Callable[[], Mapping[str,
             )
     elif spec.identity_version == 1:
         check_v1_classes(spec, where, suite)
+        unpinned = [name for name in OPTIONAL_RESULT_FIELDS if name in spec.result_fields()]
+        if unpinned:
+            raise EvalsetFieldChanged(
+                where,
+                unpinned,
+                "identity version 1 does not pin it, so it cannot be vouched for; remove it, or "
+                "freeze the data as a new evalset version with it",
+            )
         if spec.metrics is not None:
             raise EvalsetFieldChanged(
                 where,

@@ -295,6 +295,32 @@ def check_output(out: object, rows: int, spec: EvalsetSpec) -> None:
             fits = len(shape) == 2 and shape[0] == rows and width in (None, shape[1])
     if not fits:
         raise OutputContractViolation(expected_output(rows, spec), describe_output(out))
+    if (
+        spec.task == "classification"
+        and isinstance(out, torch.Tensor)
+        and looks_like_probabilities(out) != (spec.outputs == "probabilities")
+    ):
+        raise OutputContractViolation(
+            expected_output(rows, spec),
+            "probabilities (every row non-negative and summing to 1): return the logits "
+            "before the softmax, or freeze the evalset with --outputs probabilities"
+            if spec.outputs == "logits"
+            else "rows that are not probabilities (each must be non-negative and sum to 1)",
+        )
+
+
+#: How far a row of probabilities may sum from 1 (float32 softmax over thousands of classes).
+PROBABILITY_SUM_TOLERANCE = 1e-3
+
+
+def looks_like_probabilities(out: torch.Tensor) -> bool:
+    """Whether every row of ``out`` is non-negative and sums to 1: a softmax's output."""
+    import torch
+
+    values = out.detach().float()
+    if not bool(torch.isfinite(values).all()) or bool((values < 0).any()):
+        return False
+    return bool(((values.sum(dim=1) - 1).abs() <= PROBABILITY_SUM_TOLERANCE).all())
 
 
 def expected_output(rows: int, spec: EvalsetSpec) -> str:
@@ -302,11 +328,11 @@ def expected_output(rows: int, spec: EvalsetSpec) -> str:
     if spec.task != "classification":
         return f"float predictions of shape [{rows}] or [{rows}, 1] (one per example)"
     if spec.classes is None:
-        return f"float logits of shape [{rows}, C] (one column per class)"
+        return f"float {spec.outputs} of shape [{rows}, C] (one column per class)"
     shown = ", ".join(str(c) for c in spec.classes[:CLASSES_SHOWN])
     more = f", ... ({len(spec.classes)} in all)" if len(spec.classes) > CLASSES_SHOWN else ""
     return (
-        f"float logits of shape [{rows}, {len(spec.classes)}] (one column per class of "
+        f"float {spec.outputs} of shape [{rows}, {len(spec.classes)}] (one column per class of "
         f"{spec.name!r}, in order: {shown}{more})"
     )
 
@@ -467,6 +493,8 @@ def _per_example(
         raise NonFiniteOutput(evalset.ids[bad[:NON_FINITE_IDS_SHOWN]].tolist(), len(bad))
     columns: dict[str, np.ndarray] = {"example_id": evalset.ids}
     if evalset.spec.task == "classification":
+        if evalset.spec.outputs == "probabilities":  # declared at freeze: log p are the logits
+            raw = torch.log(raw.clamp_min(torch.finfo(raw.dtype).tiny))
         log_probs = torch.log_softmax(raw, dim=1)
         target_logp = log_probs.gather(1, targets[:, None]).squeeze(1)
         columns |= {

@@ -251,7 +251,10 @@ def evalsets_for(model: str, config: Config, selected: Sequence[str] | None = No
 
 
 def check_model_line(model: str, registry: Registry, history: History) -> None:
-    """Refuse a candidate for a model line nobody knows: likely a typo, gated against nothing.
+    """Refuse a model line nobody knows (``register``, ``evaluate``): likely a typo.
+
+    A typo'd line registered would fail every weekly run until archived; a candidate of one
+    would be gated against nothing. ``--new-model`` says it is meant.
 
     Raises:
         RegistryError: ``model`` is neither registered nor in the history (with a did-you-mean).
@@ -262,7 +265,7 @@ def check_model_line(model: str, registry: Registry, history: History) -> None:
         known = set(registry.models()) | set(history.evaluations()["model"])
         raise RegistryError(
             f"model {model!r} is neither registered nor in the history.{did_you_mean(model, known)}"
-            " A new model line has nothing to be gated against: pass --new-model to start one"
+            " If it is a new model line, pass --new-model to start one"
         )
 
 

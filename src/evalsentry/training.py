@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evalsentry.config import CostRates, load_config
+from evalsentry.config import CostRates, find_config, load_config
 from evalsentry.cost import JOULES_PER_KWH, SECONDS_PER_HOUR, CostMeter, Measurement
 from evalsentry.errors import UsageError
 from evalsentry.weeks import is_aware_timestamp
@@ -153,8 +153,8 @@ def track_training(
             ``None`` detects it (``cuda`` where torch sees a GPU).
         rates: money per device-hour, grid carbon intensity and fallback power draw; default:
             the ``cost`` section of ``config``.
-        config: the ``evalsentry.yaml`` whose rates apply; default ``./evalsentry.yaml``, and
-            without one the default rates.
+        config: the ``evalsentry.yaml`` whose rates apply; default the project's (found from
+            the working folder up, as git finds a repository), and outside any the default rates.
         use_codecarbon: measure energy with codecarbon; ``False`` always estimates it.
         clock: seconds from a monotonic clock (a test passes a fake one).
 
@@ -163,7 +163,9 @@ def track_training(
 
     """
     kind = device_type(device)
-    rates = rates if rates is not None else load_config(config).cost
+    if rates is None:
+        path = config if config is not None else find_config()
+        rates = load_config(path).cost if path is not None else CostRates()
     meter = CostMeter(use_codecarbon=use_codecarbon)
     run = TrainingRun(device=kind, started_at=_now())
     measurement = Measurement()

@@ -54,6 +54,20 @@ class Reference(StrEnum):
     NONE = "none"  # a verdict on a whole evaluation: failed, nothing evaluated, first week
 
 
+def higher_is_better(metric: str) -> bool:
+    """Whether larger values of ``metric`` are better.
+
+    A name no metric has (the paired timing's microseconds per example) is a cost: larger is
+    worse.
+    """
+    from evalsentry.metrics import UnknownMetric, get_metric
+
+    try:
+        return get_metric(metric).higher_is_better
+    except UnknownMetric:
+        return False
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One metric (or slice) of one evaluation against one reference."""
@@ -184,6 +198,17 @@ class Comparison:
         return f"{self.delta:+.3g}"
 
     @property
+    def allowed_change(self) -> float | None:
+        """The tolerance as a signed change from the reference, in the direction that is worse.
+
+        ``-0.0100`` for accuracy (it may fall by a point), ``+0.0072`` for nll (it may rise):
+        read beside :attr:`delta`, both say "now minus was", so the two compare directly.
+        """
+        if self.tolerance is None:
+            return None
+        return -self.tolerance if higher_is_better(self.metric) else self.tolerance
+
+    @property
     def flips(self) -> str:
         """``-3/+1``: examples newly wrong and newly right; empty when not counted.
 
@@ -222,7 +247,10 @@ class Comparison:
         """One line with the numbers behind the verdict."""
         text = f"{self.verdict} {self.label}"
         if self.value is not None and self.reference_value is not None:
-            text += f": {self.reference_value:.4f} -> {self.value:.4f} (drop {self.drop:+.4f}, tolerance {self.tolerance:.4f}"
+            text += (
+                f": {self.reference_value:.4f} -> {self.value:.4f} (change {self.delta:+.4f}, "
+                f"allowed {self.allowed_change:+.4f}"
+            )
             if self.p_adjusted is not None:
                 text += f", p={self.p_adjusted:.2g} {self.method}"
             if self.flips:

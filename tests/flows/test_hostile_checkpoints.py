@@ -107,7 +107,7 @@ def test_register_refuses_it_with_one_line_and_nothing_runs(
     path, reason = hostile(name, folder, project)
     if name == "bomb":
         monkeypatch.setattr(torch, "load", refuse_to_load)
-    code = main(["register", str(path), "--model", name, "--config", str(project)])
+    code = main(["register", str(path), "--model", name, "--new-model", "--config", str(project)])
     assert (code, error_line(capsys)) == (2, f"error: {reason}")
     assert_nothing_ran(folder)
     assert name not in Registry(load_config(project).registry_url).models()
@@ -190,7 +190,7 @@ def test_register_with_a_factory_runs_a_factory_less_checkpoint_end_to_end(
     kwargs = {"features": 4, "classes": 3, "hidden": 8}
     args = ["--factory", "tests.models:TinyNet", "--factory-kwargs", json.dumps(kwargs)]
     config = ["--config", str(project)]
-    assert main(["register", str(plain), "--model", "plain", *args, *config]) == 0
+    assert main(["register", str(plain), "--model", "plain", "--new-model", *args, *config]) == 0
     assert main(["registry", "promote", "plain", "1", *config]) == 0
     assert main(["registry", "show", "plain", *config]) == 0
     shown = json.loads(capsys.readouterr().out.split("\n", 2)[2])

@@ -99,6 +99,7 @@ def test_weekly_flow_and_gate_on_an_s3_store(
                 str(toy_checkpoints["good"]),
                 "--model",
                 "toy-model",
+                "--new-model",
                 "--stage",
                 "production",
                 "--config",

@@ -188,7 +188,13 @@ def week(team: Team) -> Team:
         )
         assert f"froze {evalset} v1" in out
         out = team.evalsentry(
-            "register", f"checkpoints/{evalset}.pt", "--model", model, "--stage", "production"
+            "register",
+            f"checkpoints/{evalset}.pt",
+            "--model",
+            model,
+            "--new-model",
+            "--stage",
+            "production",
         )
         assert f"registered {model}@v1 (production)" in out
 

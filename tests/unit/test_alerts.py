@@ -31,6 +31,7 @@ def _fail(drop: float, metric: str = "accuracy", **fields: Any) -> Comparison:
     numbers: dict[str, Any] = {
         "reference_value": 0.912345678,
         "value": 0.912345678 - drop,
+        "delta": -drop,
         "drop": drop,
         "tolerance": 0.02,
         "p_adjusted": 1.23456e-5,
@@ -106,6 +107,8 @@ class TestSummary:
             "reference": "previous-week",
             "was": 0.9123,
             "now": 0.6123,
+            "change": -0.3,
+            "allowed": -0.02,
             "drop": 0.3,
             "tolerance": 0.02,
             "p": 1.2e-05,
@@ -122,7 +125,7 @@ class TestSummary:
         payload = summary(GateReport("2026-W41", [odd]), run_name="weekly-eval-2026-W41")
         text = json.dumps(payload, allow_nan=False)
         row = json.loads(text)["worst"][0]
-        assert row["drop"] is None and row["p"] is None
+        assert row["drop"] is None and row["change"] is None and row["p"] is None
         assert row["now"] == 0.5 and row["version"] == 3
 
     def test_text_names_each_row_its_numbers_and_the_run(self) -> None:
@@ -143,7 +146,7 @@ class TestSummary:
         )
         assert lines[2] == (
             "FAIL toy-model@v2 on toy: accuracy vs previous-week: "
-            "0.9123 -> 0.6123 (drop 0.3, p=1.2e-05, flips -30/+2)"
+            "0.9123 -> 0.6123 (change -0.3, p=1.2e-05, flips -30/+2)"
         )
         assert lines[-1] == f"run: {url}"
         assert payload["run"] == {"name": "weekly-eval-2026-W41", "url": url}

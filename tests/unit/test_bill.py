@@ -188,6 +188,7 @@ def test_cost_lifetime_with_nothing_billed_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "evalsentry.yaml").write_text("# every setting at its default\n")
     assert main(["cost", "--lifetime"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: nothing to bill yet") and "\n" not in err

@@ -20,8 +20,9 @@ DIGITS = Path(__file__).parents[2] / "evalsets" / "digits"
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """A project folder holding a copy of the shipped digits evalset."""
+    """A project folder (its evalsentry.yaml all defaults) holding a copy of the digits evalset."""
     shutil.copytree(DIGITS, tmp_path / "evalsets" / "digits")
+    (tmp_path / "evalsentry.yaml").write_text("# every setting at its default\n")
     return tmp_path
 
 

@@ -35,7 +35,7 @@ class TestRegisterCommand:
     ) -> None:
         """A registered checkpoint shows up in list and show, and can be promoted."""
         (chdir_tmp / "evalsentry.yaml").write_text(TRUSTED_YAML)
-        assert main(["register", str(tiny_checkpoint), "--model", "tiny"]) == 0
+        assert main(["register", str(tiny_checkpoint), "--model", "tiny", "--new-model"]) == 0
         assert "registered tiny@v1 (candidate)" in capsys.readouterr().out
         assert main(["registry", "list"]) == 0
         listing = capsys.readouterr().out
@@ -49,6 +49,7 @@ class TestRegisterCommand:
         self, chdir_tmp: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """Malformed --factory-kwargs is a usage error naming the option."""
+        (chdir_tmp / "evalsentry.yaml").write_text(TRUSTED_YAML)
         code = main(
             [
                 "register",
@@ -78,7 +79,10 @@ class TestRegisterCommand:
 class TestUserErrors:
     def test_missing_checkpoint_is_one_line_exit_2(self, tmp_path: Path) -> None:
         """A user error prints one line and no traceback, and exits 2."""
-        result = run_cli("register", str(tmp_path / "none.pt"), "--model", "m", cwd=tmp_path)
+        (tmp_path / "evalsentry.yaml").write_text(TRUSTED_YAML)
+        result = run_cli(
+            "register", str(tmp_path / "none.pt"), "--model", "m", "--new-model", cwd=tmp_path
+        )
         assert result.returncode == 2
         assert result.stderr.strip().count("\n") == 0
         assert "none.pt: checkpoint not found" in result.stderr
@@ -86,6 +90,7 @@ class TestUserErrors:
 
     def test_bad_model_name_exit_2(self, tmp_path: Path, tiny_checkpoint: Path) -> None:
         """A model name with path tricks is refused with exit 2."""
+        (tmp_path / "evalsentry.yaml").write_text(TRUSTED_YAML)
         result = run_cli("register", str(tiny_checkpoint), "--model", "../../x", cwd=tmp_path)
         assert result.returncode == 2
         assert "invalid model name" in result.stderr

@@ -12,12 +12,29 @@ from evalsentry.errors import ConfigError
 
 
 class TestLoad:
-    def test_defaults_without_a_file(self, chdir_tmp: Path) -> None:
-        """A fresh clone with no config works with defaults rooted in the cwd."""
+    def test_an_empty_file_means_the_defaults_rooted_beside_it(self, chdir_tmp: Path) -> None:
+        """A project whose evalsentry.yaml sets nothing works with defaults rooted in its folder."""
+        (chdir_tmp / "evalsentry.yaml").write_text("")
         config = load_config()
         assert config.store_url == str(chdir_tmp / ".evalsentry")
         assert config.registry_url == str(chdir_tmp / ".evalsentry" / "registry")
         assert config.gate.alpha == 0.05
+
+    def test_the_project_is_found_from_a_subfolder_as_git_finds_a_repository(
+        self, chdir_tmp: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """From a folder inside the project, the nearest evalsentry.yaml above is the project's."""
+        (chdir_tmp / "evalsentry.yaml").write_text("store: history\n")
+        inner = chdir_tmp / "training" / "runs"
+        inner.mkdir(parents=True)
+        monkeypatch.chdir(inner)
+        assert load_config().store_url == str(chdir_tmp / "history")
+
+    def test_outside_any_project_is_an_error_naming_the_folder(self, chdir_tmp: Path) -> None:
+        """No evalsentry.yaml here or above: an error saying so, never an empty project."""
+        with pytest.raises(ConfigError, match=r"not found in .* or any folder above it") as exc:
+            load_config()
+        assert str(chdir_tmp) in str(exc.value) and "--config" not in str(exc.value)
 
     def test_relative_locations_resolve_against_the_file(self, tmp_path: Path) -> None:
         """Paths in the file are relative to its folder, URLs are kept."""

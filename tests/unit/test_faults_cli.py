@@ -80,7 +80,7 @@ def test_f5_malicious_pickle_is_refused_at_registration_and_evaluation(
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pt"
     torch.save({"model_state_dict": {}, "lineage": Marker(str(marker))}, evil)
-    assert "refused" in one_line_error(run_cli("register", str(evil), "--model", "m", cwd=project))
+    assert "refused" in one_line_error(run_cli("register", str(evil), "--model", "m", "--new-model", cwd=project))
     err = one_line_error(
         run_cli("evaluate", "--checkpoint", str(evil), "--model", "m", "--new-model", cwd=project)
     )
@@ -92,7 +92,7 @@ def test_f6_missing_lineage_is_refused_listing_fields(project: Path, tmp_path: P
     """6: registration without lineage lists every missing field."""
     bare = tmp_path / "bare.pt"
     torch.save({"model_state_dict": TinyNet().state_dict(), "lineage": {"seed": 1}}, bare)
-    err = one_line_error(run_cli("register", str(bare), "--model", "m", cwd=project))
+    err = one_line_error(run_cli("register", str(bare), "--model", "m", "--new-model", cwd=project))
     assert "git_sha, data_sha, config, timestamp_utc, model.factory" in err
 
 
@@ -114,7 +114,8 @@ class TestF12MalformedDocuments:
     def test_registry_entry(self, project: Path, tiny_checkpoint: Path) -> None:
         """A hand-edited registry entry names the file and the field."""
         assert (
-            run_cli("register", str(tiny_checkpoint), "--model", "m", cwd=project).returncode == 0
+            run_cli("register", str(tiny_checkpoint), "--model", "m", "--new-model", cwd=project).returncode
+            == 0
         )
         entry = project / "registry" / "m" / "v000001.json"
         document = json.loads(entry.read_text())
@@ -331,7 +332,7 @@ def test_f34_registry_that_is_a_file_is_refused(
     registry.write_text("not a folder")
     config = str(project / "evalsentry.yaml")
     for args in (
-        ("register", str(tiny_checkpoint), "--model", "m"),
+        ("register", str(tiny_checkpoint), "--model", "m", "--new-model"),
         ("registry", "list"),
         ("registry", "show", "m"),
     ):

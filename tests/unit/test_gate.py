@@ -66,7 +66,8 @@ class TestVerdicts:
         assert message.splitlines()[0] == report.headline()
         assert report.headline().startswith("2026-W41: FAIL m@v2 accuracy -4.5 pts (p=")
         assert "m@v2 on toy: accuracy vs previous-week" in message
-        assert "drop +0.0450" in message and "p=" in message and "flips -45/+0" in message
+        assert "change -0.0450, allowed -0.0100" in message and "p=" in message
+        assert "flips -45/+0" in message
 
     def test_drop_beyond_tolerance_but_not_significant_is_inconclusive_with_detectable_drop(
         self, history: History

@@ -89,7 +89,8 @@ class TestHandwrittenLayout:
     ) -> None:
         """The hand-written layout registers with --factory and its evaluation records its lineage."""
         path = handwritten(project / "hand.pt")
-        argv = ["register", str(path), "--model", "wine", "--stage", "production", *FACTORY]
+        argv = ["register", str(path), "--model", "wine", "--new-model", "--stage", "production"]
+        argv += FACTORY
         assert main(argv) == 0
         assert "registered wine@v1 (production)" in capsys.readouterr().out
         entry = Registry(str(project / "registry")).show("wine", 1)
@@ -114,7 +115,7 @@ class TestHandwrittenLayout:
     ) -> None:
         """Without --factory the one-line error says to pass it; nothing is registered."""
         path = handwritten(project / "hand.pt")
-        assert main(["register", str(path), "--model", "wine"]) == 2
+        assert main(["register", str(path), "--model", "wine", "--new-model"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "model.factory" in err and "--factory" in err
         assert Registry(str(project / "registry")).list() == []
@@ -126,7 +127,7 @@ class TestBareStateDict:
     ) -> None:
         """A bare state dict is not 'corrupt': the error names save_checkpoint and --lineage."""
         path = bare(project / "bare.pt")
-        assert main(["register", str(path), "--model", "wine", *FACTORY]) == 2
+        assert main(["register", str(path), "--model", "wine", "--new-model", *FACTORY]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1
         assert "bare state dict" in err and "corrupt" not in err
@@ -145,7 +146,8 @@ class TestBareStateDict:
             f"data_sha: '{'d' * 64}'\nconfig: {{lr: 0.01, epochs: 3}}\nseed: 11\n"
             "timestamp_utc: 2026-11-30T06:00:00+00:00\n"  # unquoted: YAML reads a datetime
         )
-        argv = ["register", str(path), "--model", "wine", *FACTORY, "--lineage", str(lineage)]
+        argv = ["register", str(path), "--model", "wine", "--new-model", *FACTORY]
+        argv += ["--lineage", str(lineage)]
         assert main(argv) == 0
         assert "registered wine@v1 (candidate)" in capsys.readouterr().out
         entry = Registry(str(project / "registry")).show("wine", 1)
@@ -262,7 +264,8 @@ class TestLineageFile:
         """A --lineage file missing a field: one line, exit 2, nothing registered."""
         path = bare(project / "bare.pt")
         lineage = self.write(project, "git_sha: a\n")
-        argv = ["register", str(path), "--model", "wine", *FACTORY, "--lineage", str(lineage)]
+        argv = ["register", str(path), "--model", "wine", "--new-model", *FACTORY]
+        argv += ["--lineage", str(lineage)]
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "lineage.yaml: data_sha: required" in err

@@ -71,7 +71,7 @@ class TestDuplicateRegistration:
         self, project: Path, versions: list[Path], capsys: pytest.CaptureFixture[str]
     ) -> None:
         """Registering a file a version already pins: one line, exit 0, no version, no copy."""
-        assert main(["register", str(versions[0]), "--model", "wine", "--copy"]) == 0
+        assert main(["register", str(versions[0]), "--model", "wine", "--new-model", "--copy"]) == 0
         capsys.readouterr()
         argv = ["register", str(versions[0]), "--model", "wine", "--copy", "--stage", "production"]
         assert main(argv) == 0
@@ -79,7 +79,7 @@ class TestDuplicateRegistration:
         entry = registry_of(project).show("wine", 1)
         assert out == (
             f"wine v1 is already this file (sha256 {entry.sha256[:12]}...); nothing registered "
-            "(v1 stays candidate)\n"
+            "(v1 stays candidate; make it production with: evalsentry registry promote wine 1)\n"
         )
         assert [e.version for e in registry_of(project).list("wine")] == [1]
         assert entry.stage == "candidate"

@@ -228,7 +228,7 @@ class TestWeeklyMarkdown:
         # Cell text of the widest row: at about 8 px a character and 24 px of padding a cell,
         # 80 characters in 6 cells fit the UI's 828 px artifact panel.
         assert max(sum(len(cell.strip()) for cell in row.split("|")) for row in summary) <= 80
-        assert "| tolerance |" in text[details_at:] and "## evalsentry gate" not in text
+        assert "| change | allowed |" in text[details_at:] and "## evalsentry gate" not in text
 
     def test_candidates_get_a_production_column_and_first_weeks_say_baseline(self) -> None:
         """A candidate's row compares with production; a first week says it becomes the baseline."""

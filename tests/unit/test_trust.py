@@ -249,7 +249,7 @@ class TestWhatRunsIsWhatWasRegistered:
     ) -> None:
         """`registry show` prints the pinned model; `registry list` its factory."""
         (chdir_tmp / "evalsentry.yaml").write_text(TRUSTED_YAML)
-        assert main(["register", str(tiny_checkpoint), "--model", "tiny"]) == 0
+        assert main(["register", str(tiny_checkpoint), "--model", "tiny", "--new-model"]) == 0
         assert main(["registry", "list"]) == 0
         assert "tests.models:TinyNet" in capsys.readouterr().out
         assert main(["registry", "show", "tiny"]) == 0
@@ -267,7 +267,7 @@ class TestBadModels:
         """A factory raising on its kwargs (hidden=-1) is exit 2, one line naming it, at register."""
         (chdir_tmp / "evalsentry.yaml").write_text(TRUSTED_YAML)
         path = save(tmp_path / "m.pt", "tests.models:TinyNet", {"hidden": -1})
-        assert main(["register", str(path), "--model", "m"]) == 2
+        assert main(["register", str(path), "--model", "m", "--new-model"]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith(
             "error: model factory 'tests.models:TinyNet': raised RuntimeError: "

@@ -42,9 +42,9 @@ ConfigOption = Annotated[
 
 
 def _config(path: Path | None) -> Config:
-    from evalsentry.config import load_config
+    from evalsentry.cli.ci import settings_of
 
-    return load_config(path)
+    return settings_of(path)
 
 
 def _registry(config: Path | None) -> Registry:

@@ -40,7 +40,9 @@ MARKDOWN_HELP = "Write a Markdown summary here."
 JUNIT_HELP = "Write JUnit XML here."
 SLICES_HELP = "Show per-slice comparisons too."
 STRICT_HELP = "Exit 1 on INCONCLUSIVE too (the evalset could not tell); see gate.strict."
-CONFIG_HELP = "evalsentry.yaml to use (default: ./evalsentry.yaml)."
+CONFIG_HELP = (
+    "evalsentry.yaml to use (default: the project's, in this folder or the nearest above it)."
+)
 
 
 def _with_ci_options(parse: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -165,12 +167,23 @@ def evaluate(argv: Sequence[str]) -> int:
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {"gate": gate, "evaluate": evaluate}
 
 
+def settings_of(config: Path | None) -> Config:
+    """The project's settings: ``--config``'s file, else the project's (found from here up).
+
+    A ``--config`` that names no file is refused naming the option.
+    """
+    from evalsentry.config import load_config
+
+    if config is not None and not config.exists():
+        raise UsageError(f"--config {config}: file not found; give the project's evalsentry.yaml")
+    return load_config(config)
+
+
 def project(config: Path | None) -> tuple[Config, History]:
     """The project's settings and history; a ``store:`` naming a file fails here, first."""
-    from evalsentry.config import load_config
     from evalsentry.history import History
 
-    settings = load_config(config)
+    settings = settings_of(config)
     history = History(settings.store_url)
     history.check_root()
     return settings, history

@@ -42,6 +42,12 @@ def evalset_freeze(
             "(default: the labels in natural order, class_2 before class_10)."
         ),
     ] = None,
+    outputs: Annotated[
+        str,
+        typer.Option(
+            help="What the classifier returns: logits, or probabilities (it ends in a softmax)."
+        ),
+    ] = "logits",
     version: Annotated[int, typer.Option(help="Version number recorded in the manifest.")] = 1,
     description: Annotated[str, typer.Option(help="What the data is.")] = "",
     provenance: Annotated[str, typer.Option(help="Where it comes from.")] = "",
@@ -63,6 +69,8 @@ def evalset_freeze(
         raise UsageError(f"--inputs/--shape: {exc}".splitlines()[0]) from None
     if task not in ("classification", "regression"):
         raise UsageError(f"--task: {task!r} is not classification or regression")
+    if outputs not in ("logits", "probabilities"):
+        raise UsageError(f"--outputs: {outputs!r} is not logits or probabilities")
     dest = Path(_config(config).evalsets_dir) / name
     spec = freeze_evalset(
         read_source(source),
@@ -74,6 +82,7 @@ def evalset_freeze(
         id_column=id_column,
         slices=_csv(slices),
         classes=_csv(classes) if classes is not None else None,
+        outputs=outputs,  # type: ignore[arg-type]
         version=version,
         description=description,
         provenance=provenance,
@@ -85,8 +94,8 @@ def evalset_freeze(
     typer.echo(f"model input: {spec.inputs.contract()}{listed}")
     if spec.classes is not None:
         typer.echo(
-            f"model output: logits [N, {len(spec.classes)}], one column per class in this "
-            f"order: {', '.join(map(str, spec.classes))}"
+            f"model output: {spec.outputs} [N, {len(spec.classes)}], one column per class in "
+            f"this order: {', '.join(map(str, spec.classes))}"
         )
     else:
         typer.echo("model output: predictions [N] or [N, 1]")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,6 +21,7 @@ from evalsentry.errors import UsageError
 
 if TYPE_CHECKING:
     from evalsentry.config import Config
+    from evalsentry.registry import RegistryEntry
 
 
 @app.command()
@@ -43,6 +44,14 @@ def register(
         str | None, typer.Option(help="JSON keyword arguments for --factory.")
     ] = None,
     copy: Annotated[bool, typer.Option("--copy", help="Store a copy inside the registry.")] = False,
+    new_model: Annotated[
+        bool,
+        typer.Option(
+            "--new-model",
+            help="MODEL starts a new model line (else a model with no line yet is refused: a "
+            "typo would start a line every week's run then fails on).",
+        ),
+    ] = False,
     lineage: Annotated[
         Path | None,
         typer.Option(
@@ -55,36 +64,71 @@ def register(
     """Register a checkpoint: pin its sha256, size and model factory, record its lineage.
 
     The model is rebuilt now, as evaluation will: only by a factory in trusted_factories.
-    A file already registered for the model is not registered again.
+    A file already registered for the model is not registered again. The first version of a
+    model line needs --new-model.
     """
+    from evalsentry.history import History
     from evalsentry.lineage import read_lineage_file
+    from evalsentry.names import check_name
+    from evalsentry.pipeline import check_model_line
     from evalsentry.registry import Registry
 
+    check_name("model", model)
     if factory_kwargs is not None and factory is None:
         raise UsageError(
             "--factory-kwargs: given without --factory, it would be ignored; pass both "
             "(the kwargs are those of --factory)"
         )
+    kwargs = _json_arg(factory_kwargs, "--factory-kwargs")
     settings = _config(config)
-    done = Registry(settings.registry_url).add(
+    registry = Registry(settings.registry_url)
+    if not new_model:
+        check_model_line(model, registry, History(settings.store_url))
+    done = registry.add(
         checkpoint,
         model,
         trust=settings.trust,
         stage=stage,
         factory=factory,
-        factory_kwargs=_json_arg(factory_kwargs, "--factory-kwargs"),
+        factory_kwargs=kwargs,
         copy=copy,
         lineage=read_lineage_file(lineage) if lineage is not None else None,
     )
     entry = done.entry
     if not done.new:
-        note = "" if entry.stage == stage else f" (v{entry.version} stays {entry.stage})"
-        typer.echo(
-            f"{entry.model} v{entry.version} is already this file (sha256 {entry.sha256[:12]}...)"
-            f"; nothing registered{note}"
-        )
+        _already(entry, stage, factory, kwargs)
         return
     typer.echo(f"registered {entry.ref} ({entry.stage}) sha256 {entry.sha256[:12]} -> {entry.uri}")
+
+
+def _already(
+    entry: RegistryEntry, stage: str, factory: str | None, kwargs: dict[str, Any] | None
+) -> None:
+    """Say that ``entry`` already pins the file, and what of the request was not done.
+
+    A different ``--factory``/``--factory-kwargs`` is refused (exit 2): the pinned model is what
+    runs, and the request cannot be honoured. A different ``--stage`` names the command that
+    changes it.
+    """
+    pinned = entry.lineage["model"]
+    said = f"{entry.model} v{entry.version} is already this file (sha256 {entry.sha256[:12]}...)"
+    asked = {"factory": factory, "kwargs": kwargs if kwargs is not None else pinned["kwargs"]}
+    if factory is not None and asked != {k: pinned[k] for k in ("factory", "kwargs")}:
+        raise UsageError(
+            f"{said}, pinned to model {pinned['factory']} with kwargs "
+            f"{json.dumps(pinned['kwargs'], sort_keys=True)}; --factory {factory} with "
+            f"{json.dumps(asked['kwargs'], sort_keys=True)} differs and was not used (a file is "
+            "registered once and its pinned model is what runs); nothing registered"
+        )
+    note = ""
+    if entry.stage != stage:
+        command = {
+            "production": f"promote {entry.model} {entry.version}",
+            "candidate": f"promote {entry.model} {entry.version} --stage candidate",
+            "archived": f"archive {entry.model} {entry.version}",
+        }[stage]
+        note = f" (v{entry.version} stays {entry.stage}; make it {stage} with: evalsentry registry {command})"
+    typer.echo(f"{said}; nothing registered{note}")
 
 
 @registry_app.command("list")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from evalsentry.cli._app import app
+from evalsentry.cli._app import ConfigOption, _config, app
 from evalsentry.errors import EXIT_CHECK_FAILED
+
+if TYPE_CHECKING:
+    from evalsentry.config import Config
 
 
 @app.command()
@@ -19,9 +22,7 @@ def run(
     model: Annotated[list[str] | None, typer.Option(help="Only these models.")] = None,
     evalset: Annotated[list[str] | None, typer.Option(help="Only these evalsets.")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    config: Annotated[Path, typer.Option("--config", help="evalsentry.yaml to use.")] = Path(
-        "evalsentry.yaml"
-    ),
+    config: ConfigOption = None,
 ) -> None:
     """Run the weekly-eval Prefect flow now (ephemeral Prefect unless PREFECT_API_URL is set).
 
@@ -33,8 +34,9 @@ def run(
 
     if week is not None:
         check_week(week)
+    settings = _config(config)
     temporary = ensure_prefect_api()
-    _something_to_evaluate(config, model, evalset)
+    _something_to_evaluate(settings, model, evalset)
     if temporary:
         import_flow("evalsentry.flows.temporary_server", "tie_temporary_server")()
     weekly_eval = import_flow("evalsentry.flows.weekly_eval", "weekly_eval")
@@ -43,7 +45,7 @@ def run(
         models=model,
         evalsets=evalset,
         device=device,
-        config_path=str(config),
+        config_path=settings.trust.config_file,
         return_state=True,
     )
     typer.echo(import_flow("evalsentry.flows.runs", "outcome_line")(state))
@@ -51,7 +53,7 @@ def run(
 
 
 def _something_to_evaluate(
-    config: Path, models: list[str] | None, evalsets: list[str] | None
+    settings: Config, models: list[str] | None, evalsets: list[str] | None
 ) -> None:
     """Refuse, before any Prefect server starts, a run that could record nothing.
 
@@ -59,7 +61,6 @@ def _something_to_evaluate(
     model), a binding to a missing evalset, an unknown ``--evalset``, or no checkpoint bound to
     any evalset of the run: the run's own plan (``pipeline.plan_week``), made here first.
     """
-    from evalsentry.config import load_config
     from evalsentry.errors import NothingToEvaluate, UsageError, did_you_mean
     from evalsentry.evalsets import list_evalsets
     from evalsentry.history import History
@@ -67,7 +68,6 @@ def _something_to_evaluate(
     from evalsentry.registry import Registry
     from evalsentry.weeks import iso_week
 
-    settings = load_config(config)
     history = History(settings.store_url)
     history.check_root()
     available = list_evalsets(settings.evalsets_dir)
