@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from evalsentry.cli import main
 from evalsentry.config import load_config
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.cli import main
 from evalsentry.history import History
 from evalsentry.names import NO_EVALSET
 from tests.bindings import BOUND, estate

@@ -80,7 +80,9 @@ def test_f5_malicious_pickle_is_refused_at_registration_and_evaluation(
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pt"
     torch.save({"model_state_dict": {}, "lineage": Marker(str(marker))}, evil)
-    assert "refused" in one_line_error(run_cli("register", str(evil), "--model", "m", "--new-model", cwd=project))
+    assert "refused" in one_line_error(
+        run_cli("register", str(evil), "--model", "m", "--new-model", cwd=project)
+    )
     err = one_line_error(
         run_cli("evaluate", "--checkpoint", str(evil), "--model", "m", "--new-model", cwd=project)
     )
@@ -114,7 +116,9 @@ class TestF12MalformedDocuments:
     def test_registry_entry(self, project: Path, tiny_checkpoint: Path) -> None:
         """A hand-edited registry entry names the file and the field."""
         assert (
-            run_cli("register", str(tiny_checkpoint), "--model", "m", "--new-model", cwd=project).returncode
+            run_cli(
+                "register", str(tiny_checkpoint), "--model", "m", "--new-model", cwd=project
+            ).returncode
             == 0
         )
         entry = project / "registry" / "m" / "v000001.json"
