@@ -11,7 +11,7 @@ from typing import Any
 from prefect import flow
 
 from evalsentry.config import load_config
-from evalsentry.names import WEEKLY_RUN
+from evalsentry.names import WEEKLY_RUN, WEEKLY_STAGES
 from evalsentry.pipeline import Target
 from evalsentry.registry import Registry
 from evalsentry.tasks.evalsets import check_evalset, load_evalset
@@ -32,6 +32,8 @@ def evaluate_one(
     run_id: str,
     device: str = "auto",
     config_path: str = "evalsentry.yaml",
+    stages: list[str] | None = None,
+    retire: list[str] | None = None,
 ) -> dict[str, Any]:
     """Evaluate one registered version on one evalset and append it to the history under ``run_id``.
 
@@ -39,6 +41,8 @@ def evaluate_one(
 
     Args:
         config_path: The project's evalsentry.yaml, relative to the run's working directory.
+        stages: What the parent run evaluates of each line (default: production, candidate).
+        retire: The week's rows the parent's plan retires, when this child records them.
     """
     settings = load_config(config_path)
     target = Target.from_entry(Registry(settings.registry_url).show(model, version))
@@ -54,7 +58,7 @@ def evaluate_one(
         device=device,
         validation=validation,
     )
-    write_history(settings.store_url, [outcome])
+    write_history(settings.store_url, [outcome], stages or WEEKLY_STAGES, retire or [])
     return {
         "evaluation_id": outcome.evaluation["evaluation_id"],
         "status": outcome.evaluation["status"],

@@ -147,7 +147,7 @@ FAN_OUT_DEPLOYMENT = "evaluate-one/evaluate-one"
 FAN_OUT_POLL_S = 2.0
 
 
-def _fan_out(jobs: Sequence[Job], run: RunContext) -> list[Outcome]:
+def _fan_out(jobs: Sequence[Job], run: RunContext, retire: Sequence[str]) -> list[Outcome]:
     """Run each job as a child flow run of the `evaluate-one` deployment; gather from the history.
 
     Fails first when no worker polls the deployment's work queue: the children would wait forever.
@@ -181,11 +181,15 @@ def _fan_out(jobs: Sequence[Job], run: RunContext) -> list[Outcome]:
                     "run_id": run.run_id,
                     "device": run.device,
                     "config_path": run.config_path,
+                    "stages": list(run.stages),
+                    "retire": list(retire) if first else [],  # recorded once, by the first
                 },
                 timeout=0,
             ),
         )
-        for target, evalset, _ in jobs
+        for first, (target, evalset, _) in zip(
+            [True] + [False] * (len(jobs) - 1), jobs, strict=True
+        )
     ]
     with get_client(sync_client=True) as client:
         for child in children:
@@ -222,14 +226,17 @@ def _evaluate_and_record(
     run: RunContext,
     runner: RunnerChoice,
     not_evaluated: Sequence[Outcome],
+    retire: Sequence[str],
 ) -> list[Outcome]:
     """Run the jobs where asked (threads, Dask, or child flow runs); record them in the history.
 
     ``not_evaluated`` (the pairs that could not run: an unbound line, an invalid evalset, a line
-    no run of the week covered) are recorded with them, one commit for the run.
+    no run of the week covered) are recorded with them, one commit for the run, which also
+    lists the rows it ``retire``s. Fanned out, each child records its own result, and the
+    retired rows go with the parent's ERROR rows, or else with the first child's.
     """
     if runner.fan_out:  # the child runs append their own results
-        outcomes = _fan_out(jobs, run) if jobs else []
+        outcomes = _fan_out(jobs, run, [] if not_evaluated else retire) if jobs else []
     elif runner.task_runner == "dask":  # each worker measures its own energy
         with dask_runner(runner.dask_address) as dask:
             outcomes = _evaluate_jobs(jobs, run, None, dask)
@@ -243,7 +250,7 @@ def _evaluate_and_record(
         raise UsageError(f"task_runner {runner.task_runner!r}: use thread or dask")
     unrecorded = list(not_evaluated) if runner.fan_out else [*outcomes, *not_evaluated]
     if unrecorded:
-        write_history(run.settings.store_url, unrecorded, run.stages)
+        write_history(run.settings.store_url, unrecorded, run.stages, retire)
     return outcomes
 
 
@@ -347,7 +354,7 @@ def _run_plan(run: RunContext, plan: WeekPlan, runner: RunnerChoice) -> Ran:
         name: load_evalset(name, settings.evalsets_dir) for name in names if name not in invalid
     }
     jobs = [(t, loaded[name], validations[name]) for t, name in plan.pairs if name in loaded]
-    outcomes = _evaluate_and_record(jobs, run, runner, errors)
+    outcomes = _evaluate_and_record(jobs, run, runner, errors, plan.retired)
     for outcome in outcomes:
         if not outcome.ok:
             events.checkpoint_failed(outcome.evaluation)

@@ -15,13 +15,17 @@ from evalsentry.pipeline import Outcome, record
 
 @task(name="write-history", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2)
 def write_history(
-    store_url: str, outcomes: Sequence[Outcome], stages: Sequence[str] = WEEKLY_STAGES
+    store_url: str,
+    outcomes: Sequence[Outcome],
+    stages: Sequence[str] = WEEKLY_STAGES,
+    retire: Sequence[str] = (),
 ) -> int:
     """Append the run's evaluations, metrics and predictions; returns the rows written.
 
-    ``stages``: what the run evaluates of each model line (its rows supersede those).
+    ``stages``: what the run evaluates of each model line (its rows supersede those);
+    ``retire``: the week's rows of lines its plan no longer has.
     """
-    record(History(store_url), outcomes, stages)
+    record(History(store_url), outcomes, stages, retire)
     return len(outcomes)
 
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from evalsentry.config import Config
     from evalsentry.gate import Comparison, GateReport
     from evalsentry.history import History
-    from evalsentry.pipeline import Outcome
+    from evalsentry.pipeline import Outcome, Target
 
 
 class CandidateNotEvaluated(UsageError):
@@ -111,6 +111,22 @@ def _library_steps(
     )
 
 
+def _candidate_target(model: str, checkpoint: Path) -> Target:
+    """The candidate file as a target, its sha256 taken now: every row and verdict names it.
+
+    The evaluation then loads only these bytes (a file changed meanwhile is refused).
+    """
+    from evalsentry.pipeline import Target
+    from evalsentry.storage import sha256_file
+
+    path = checkpoint.resolve()
+    try:
+        sha = sha256_file(path)[0]
+    except OSError:  # missing or unreadable: the evaluation says so, as its error row
+        sha = None
+    return Target(model, str(path), sha256=sha)
+
+
 def evaluate_candidate(
     checkpoint: str | Path,
     model: str,
@@ -153,7 +169,7 @@ def evaluate_candidate(
     from evalsentry.cost import CostMeter
     from evalsentry.gate import GateReport, failed_verdict
     from evalsentry.names import CANDIDATE_CHECK
-    from evalsentry.pipeline import Target, new_run_id
+    from evalsentry.pipeline import new_run_id
     from evalsentry.weeks import iso_week, now_utc
 
     week, run_id = iso_week(), new_run_id()
@@ -164,7 +180,7 @@ def evaluate_candidate(
         prestart()  # the library's inference runs in a child: torch loads meanwhile
     meter = CostMeter()
     meter.start_in_background()  # its hardware probe overlaps importing torch, loading the data
-    target = Target(model, str(Path(checkpoint).resolve()))
+    target = _candidate_target(model, Path(checkpoint))
     outcomes: list[Outcome] = []
     validations: dict[str, dict[str, Any]] = {}
     comparisons: list[Comparison] = []

@@ -306,11 +306,13 @@ class History:
         predictions: Mapping[str, Mapping[str, np.ndarray]] | None = None,
         *,
         stages: Collection[str] = WEEKLY_STAGES,
+        retire: Sequence[str] = (),
     ) -> None:
         """Append one run's rows: predictions, then metrics, then the committing evaluations file.
 
         Each evaluation row gets its ``supersedes`` (for a weekly run evaluating ``stages``) and
-        each metric row its evaluation's version, stage and kind. A crash before the last write
+        each metric row its evaluation's version, stage and kind; ``retire`` (rows of lines the
+        run's week no longer has) is listed by the first row. A crash before the last write
         leaves files no reader looks at; a crash during a write leaves only a hidden temporary
         file.
         """
@@ -318,6 +320,7 @@ class History:
             return
         run_id = str(evaluations[0]["run_id"])
         outdated = self.supersedes(evaluations, stages)
+        outdated[0] = [*outdated[0], *(i for i in retire if i not in outdated[0])]
         rows = [{**row, "supersedes": ids} for row, ids in zip(evaluations, outdated, strict=True)]
         owner = {str(row["evaluation_id"]): row for row in evaluations}
         metrics = [

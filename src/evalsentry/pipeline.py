@@ -37,6 +37,8 @@ from evalsentry.names import NO_EVALSET, WEEKLY_RUN, WEEKLY_STAGES, RunKind
 from evalsentry.weeks import now_utc
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from evalsentry.drift import DriftResult
     from evalsentry.evalsets import Evalset
     from evalsentry.inference import ProgressFn
@@ -284,13 +286,12 @@ def expected_pairs(
     return pairs + [(t, NO_EVALSET) for t in targets if t.model in unbound]
 
 
-def missing_pairs(history: History, week: str, expected: Sequence[Pair]) -> list[Pair]:
-    """The pairs of ``expected`` with no current result in ``week``: no run of it covered them.
+def missing_pairs(current: pd.DataFrame, expected: Sequence[Pair]) -> list[Pair]:
+    """The pairs of ``expected`` with no row among ``current`` (a week's current rows).
 
     A line's result counts whatever its version (a week evaluates the version in its stage when
     the week ran); a line-level ERROR (``NO_EVALSET``) counts for every evalset of that model.
     """
-    current = history.evaluations(weeks=[week], kind=WEEKLY_RUN)
     have = set(zip(current["model"], current["stage"], current["evalset"], strict=True))
     return [
         (target, name)
@@ -303,11 +304,14 @@ def missing_pairs(history: History, week: str, expected: Sequence[Pair]) -> list
 
 @dataclass(frozen=True)
 class WeekPlan:
-    """What one weekly run evaluates, and the ERROR rows of what it cannot."""
+    """What one weekly run evaluates, the ERROR rows of what it cannot, and what it retires."""
 
     pairs: list[Pair]  # (checkpoint, evalset) to evaluate
     errors: list[Outcome]  # unbound lines; a partial run's lines no run of the week covered
     partial: str | None  # what a partial run was asked for ("model(s) wine"); None: the week
+    #: The week's current rows of lines the registry and bindings no longer have (an archived
+    #: line, a binding removed): the run lists them as replaced, so the week is what should run.
+    retired: list[str] = field(default_factory=list)
 
 
 def plan_week(
@@ -326,7 +330,9 @@ def plan_week(
     A model bound to no evalset among several is an ERROR row (``NO_EVALSET``). A partial run
     (``models`` or ``evalsets`` leave out lines the week has) also records an ERROR for each
     line left out that no earlier run of the week covered: the week's verdict covers every line
-    the registry and the bindings say should run, and a missing one is never a pass.
+    the registry and the bindings say should run, and a missing one is never a pass. Rows of the
+    week for lines they no longer have (in ``stages``) are retired: a line archived after a bad
+    week, or a typo'd line, stops failing the week when the week is run again.
 
     Raises:
         NotRegistered, NothingToEvaluate: an unknown model, or nothing registered in ``stages``.
@@ -358,17 +364,24 @@ def plan_week(
     ran = {(t.model, t.stage, name) for t, name in pairs}
     ran |= {(t.model, t.stage, NO_EVALSET) for t in targets if t.model in unbound}
     week_targets = targets if models is None else resolve_targets(registry, None, stages)
-    others = [
-        (t, name)
-        for t, name in expected_pairs(week_targets, config, available)
-        if (t.model, t.stage, name) not in ran
+    expected = expected_pairs(week_targets, config, available)
+    lines = {(t.model, t.stage, name) for t, name in expected}
+    current = history.evaluations(weeks=[week], kind=WEEKLY_RUN)
+    gone = [
+        (model, stage, evalset) not in lines and stage in stages
+        for model, stage, evalset in zip(
+            current["model"], current["stage"], current["evalset"], strict=True
+        )
     ]
+    retired = current.loc[gone, "evaluation_id"].astype(str).tolist() if gone else []
+    others = [(t, name) for t, name in expected if (t.model, t.stage, name) not in ran]
     if not others:
-        return WeekPlan(pairs, errors, None)
+        return WeekPlan(pairs, errors, None, retired)
     asked = [f"model(s) {', '.join(models)}"] if models else []
     asked += [f"evalset(s) {', '.join(evalsets)}"] if evalsets else []
     partial = ", ".join(asked)
-    for target, name in missing_pairs(history, week, others):
+    kept = current[[not g for g in gone]] if gone else current
+    for target, name in missing_pairs(kept, others):
         on = f" on {name}" if name != NO_EVALSET else ""
         errors.append(
             error(
@@ -379,7 +392,7 @@ def plan_week(
                 f"evalsentry run --week {week} --model {target.model}",
             )
         )
-    return WeekPlan(pairs, errors, partial)
+    return WeekPlan(pairs, errors, partial, retired)
 
 
 def not_evaluated(
@@ -588,9 +601,15 @@ def _metric_rows(
 
 
 def record(
-    history: History, outcomes: Sequence[Outcome], stages: Sequence[str] = WEEKLY_STAGES
+    history: History,
+    outcomes: Sequence[Outcome],
+    stages: Sequence[str] = WEEKLY_STAGES,
+    retire: Sequence[str] = (),
 ) -> None:
-    """Append a run's outcomes to the history (a weekly run evaluating ``stages``)."""
+    """Append a run's outcomes to the history (a weekly run evaluating ``stages``).
+
+    ``retire``: the week's rows of lines the run's plan no longer has (``WeekPlan.retired``).
+    """
     history.append(
         [o.evaluation for o in outcomes],
         [m for o in outcomes for m in o.metrics],
@@ -600,6 +619,7 @@ def record(
             if o.predictions is not None
         },
         stages=stages,
+        retire=retire,
     )
 
 

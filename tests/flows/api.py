@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from prefect.client.orchestration import get_client
@@ -19,3 +20,31 @@ def task_runs(flow_run_id: object) -> list[Any]:
             )
 
     return asyncio.run(read())
+
+
+async def _events(name: str, resource: str) -> list[Any]:
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+
+    async with get_client() as client:
+        page = await client.read_events(
+            filter=EventFilter(
+                event=EventNameFilter(name=[name]), resource=EventResourceFilter(id=[resource])
+            ),
+            limit=50,  # the server caps pages at 50; the client default of 100 is refused
+        )
+    return list(page.events)
+
+
+def wait_for_events(
+    name: str, resource: str, timeout: float = 20.0, flow_run_id: object = None
+) -> list[Any]:
+    """The events ``name`` about ``resource`` (of one flow run, if given), waiting for the first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = asyncio.run(_events(name, resource))
+        if flow_run_id is not None:
+            run = f"prefect.flow-run.{flow_run_id}"
+            found = [e for e in found if any(r.id == run for r in e.related)]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)

@@ -5,9 +5,7 @@ Numbers refer to the "What happens when..." table in the README.
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,35 +17,13 @@ from evalsentry.config import load_config
 from evalsentry.flows.weekly_eval import weekly_eval
 from evalsentry.history import History
 from evalsentry.registry import Registry
+from tests.flows.api import wait_for_events
 from tests.models import TRUST, Marker, TinyNet
 from tests.unit.test_evalsets import rewrite
 
 
 def _history(config: Path) -> History:
     return History(load_config(config).store_url)
-
-
-async def _events(name: str, resource: str) -> list[object]:
-    from prefect.client.orchestration import get_client
-    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
-
-    async with get_client() as client:
-        page = await client.read_events(
-            filter=EventFilter(
-                event=EventNameFilter(name=[name]), resource=EventResourceFilter(id=[resource])
-            ),
-            limit=50,  # the server caps pages at 50; the client default of 100 is refused
-        )
-    return list(page.events)
-
-
-def _wait_for_events(name: str, resource: str, timeout: float = 20.0) -> list[object]:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = asyncio.run(_events(name, resource))
-        if found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.5)
 
 
 def test_f1_tampered_evalset_fires_the_invalid_event(toy_project: Path, toy_evalset: Path) -> None:
@@ -59,7 +35,7 @@ def test_f1_tampered_evalset_fires_the_invalid_event(toy_project: Path, toy_eval
     state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
     assert state.is_failed() and "evalset file changed since freeze" in state.message
     _assert_only_not_evaluated(toy_project, "the evalset is invalid: ")
-    assert _wait_for_events("evalsentry.evalset.invalid", "evalsentry.evalset.toy")
+    assert wait_for_events("evalsentry.evalset.invalid", "evalsentry.evalset.toy")
 
 
 def _assert_only_not_evaluated(project: Path, reason: str) -> None:
@@ -102,7 +78,7 @@ def test_f5_checkpoint_swapped_for_a_malicious_pickle_is_refused_unrun(
     assert not marker.exists()
     frame = _history(toy_project).evaluations().set_index("model")
     assert frame.loc["swapped", "status"] == "error" and frame.loc["toy-model", "status"] == "ok"
-    assert _wait_for_events("evalsentry.checkpoint.failed", "evalsentry.model.swapped")
+    assert wait_for_events("evalsentry.checkpoint.failed", "evalsentry.model.swapped")
 
 
 def test_f8_two_runs_of_the_same_week_at_once_lose_nothing(toy_project: Path) -> None:

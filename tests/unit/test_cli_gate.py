@@ -345,6 +345,38 @@ class TestEvaluateCommand:
         assert len(candidate) == 1 and candidate["stage"].item() == "candidate"
         assert (frame[frame["kind"] == "scheduled"]["stage"] == "production").all()
 
+    def test_ci_decisions_are_history_and_one_query_finds_them(
+        self, with_production: Path, toy_checkpoints: dict[str, Path]
+    ) -> None:
+        """`evaluate` records its verdicts: what CI said about a file is one query by its sha."""
+        import duckdb
+
+        from evalsentry.storage import sha256_file
+
+        assert evaluate_candidate(str(toy_checkpoints["degraded"]), with_production) == 1
+        sha = sha256_file(toy_checkpoints["degraded"])[0]
+        said = duckdb.sql(
+            "select verdict, reference, metric from read_parquet("
+            f"'{with_production}/store/comparisons/*.parquet', union_by_name = true) "
+            f"where kind = 'candidate' and checkpoint_sha256 like '{sha[:12]}%'"
+        ).fetchall()
+        assert ("FAIL", "production", "accuracy") in said
+        assert {verdict for verdict, _, _ in said} <= {"FAIL", "PASS", "WARN", "INCONCLUSIVE"}
+
+    def test_a_candidate_that_cannot_run_is_an_error_verdict_in_the_history(
+        self, with_production: Path, tmp_path: Path
+    ) -> None:
+        """A file that is no checkpoint: exit 2, and its ERROR is recorded with its file's hash."""
+        broken = tmp_path / "broken.pt"
+        broken.write_bytes(b"not a checkpoint")
+        assert evaluate_candidate(str(broken), with_production) == 2
+        from evalsentry.storage import sha256_file
+
+        stored = History(str(with_production / "store")).comparisons()
+        assert stored[["kind", "verdict"]].values.tolist() == [["candidate", "ERROR"]]
+        assert stored["checkpoint_sha256"].item() == sha256_file(broken)[0]
+        assert stored["reason"].item().startswith("evaluation failed: ")
+
     def test_history_shows_versions_as_registered_and_none_for_a_file(
         self,
         with_production: Path,

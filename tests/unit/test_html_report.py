@@ -147,3 +147,61 @@ def test_report_renders_in_a_real_browser(weeks: tuple[History, Config], tmp_pat
         timeout=120,
     ).stdout
     assert dom.count("<svg") == 3 and dom.count("<path") > 20
+
+
+def test_flip_lists_say_how_many_more_there_are(weeks: tuple[History, Config]) -> None:
+    """Forty newly wrong examples: eight ids are listed, and "and 32 more" says the rest."""
+    history, config = weeks
+    html = render_report(history, gate_week(history, "2026-W43", config.gate))
+    assert re.search(r"<td>40</td><td>(ex-\d+, ){7}ex-\d+ and 32 more</td>", html)
+
+
+def test_a_report_of_an_earlier_week_shows_nothing_after_it(
+    weeks: tuple[History, Config], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """W41's report, rendered once W42 and W43 exist, charts and bills W40 and W41 only."""
+    from evalsentry import html_report
+
+    history, config = weeks
+    charted: list[list[str]] = []
+    for name in ("trend_chart", "cost_chart"):
+        drawn = getattr(html_report, name)
+
+        def spy(frame: object, *args: object, _drawn: object = drawn) -> str:
+            charted.append(sorted(set(frame["week"])))  # type: ignore[index]
+            return _drawn(frame, *args)  # type: ignore[operator]
+
+        monkeypatch.setattr(html_report, name, spy)
+    html = render_report(history, gate_week(history, "2026-W41", config.gate))
+    assert charted and all(weeks == ["2026-W40", "2026-W41"] for weeks in charted)
+    assert "This week: 1 h of device time" in html
+
+
+def test_a_week_failing_only_against_the_baseline_is_no_green_dot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same as last week (no FAIL) but far below the baseline (FAIL): the week's dot is the FAIL."""
+    from evalsentry import html_report
+
+    history = History(str(tmp_path / "store"))
+    good = accuracy_mask(N, 0.9)
+    worse = good.copy()
+    worse[np.flatnonzero(good)[:40]] = False
+    record_week(history, "2026-W40", good)
+    record_week(history, "2026-W41", worse, version=2, checkpoint="2" * 64)
+    record_week(history, "2026-W42", worse, version=2, checkpoint="2" * 64)
+    report = gate_week(history, "2026-W42", Config(root=str(tmp_path)).gate)
+    against = {c.reference: c.verdict for c in report.comparisons if c.metric == "accuracy"}
+    assert against["baseline"] == Verdict.FAIL and against["previous-week"] != Verdict.FAIL
+    dots: dict[str, dict[str, str]] = {}
+    drawn = html_report.trend_chart
+
+    def spy(
+        line: object, metrics: object, metric: str, verdicts: dict[str, str], *rest: object
+    ) -> str:
+        dots[metric] = dict(verdicts)
+        return drawn(line, metrics, metric, verdicts, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(html_report, "trend_chart", spy)
+    render_report(history, report)
+    assert dots["accuracy"]["2026-W42"] == "FAIL"

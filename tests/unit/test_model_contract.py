@@ -367,3 +367,78 @@ class TestOutputs:
         assert err.value.expected.endswith(
             "in order: 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ... (12 in all))"
         )
+
+
+class Softmaxed(nn.Module):
+    """A classifier that ends in a softmax: it returns probabilities, not logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = TinyNet(features=4, classes=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.net(x), dim=1)
+
+
+class TestProbabilityOutputs:
+    def test_probabilities_where_logits_are_expected_are_refused(self, tmp_path: Path) -> None:
+        """Rows that are non-negative and sum to 1 are a softmax's: nll and ECE would be wrong."""
+        torch.manual_seed(0)
+        evalset = features(tmp_path, 4)
+        with pytest.raises(OutputContractViolation) as err:
+            run_inference(Softmaxed(), evalset, device="cpu", batch_size=8)
+        assert "got probabilities (every row non-negative and summing to 1)" in str(err.value)
+        assert "freeze the evalset with --outputs probabilities" in str(err.value)
+
+    def test_an_evalset_frozen_for_probabilities_scores_them_as_the_logits_would_be(
+        self, tmp_path: Path
+    ) -> None:
+        """Declared at freeze, probabilities give the loss and predictions of their logits."""
+        torch.manual_seed(0)
+        model = Softmaxed().eval()
+        rng = np.random.default_rng(4)
+        columns = {f"f{i}": rng.normal(size=40).astype(np.float32) for i in range(4)}
+        table = pa.table({**columns, "y": np.arange(40) % 2})
+        spec = {"task": "classification", "target": "y", "inputs": InputsSpec(columns=[*columns])}
+        freeze_evalset(table, tmp_path / "logits", name="logits", **spec)  # type: ignore[arg-type]
+        freeze_evalset(
+            table,
+            tmp_path / "probs",
+            name="probs",
+            outputs="probabilities",
+            **spec,  # type: ignore[arg-type]
+        )
+        as_probs = run_inference(model, load_evalset(tmp_path / "probs"), device="cpu")
+        as_logits = run_inference(model.net, load_evalset(tmp_path / "logits"), device="cpu")
+        assert np.array_equal(as_probs.columns["prediction"], as_logits.columns["prediction"])
+        assert np.allclose(as_probs.columns["loss"], as_logits.columns["loss"], atol=1e-5)
+        with pytest.raises(OutputContractViolation, match="rows that are not probabilities"):
+            run_inference(model.net, load_evalset(tmp_path / "probs"), device="cpu")
+
+    def test_outputs_is_part_of_the_identity_and_pinned(self, tmp_path: Path) -> None:
+        """Frozen as probabilities, the manifest says so; editing it back is a changed field."""
+        from evalsentry.evalsets import check_manifest
+        from evalsentry.identity import EvalsetFieldChanged
+
+        features(tmp_path, 4, name="plain")
+        rng = np.random.default_rng(4)
+        table = pa.table({"f0": rng.normal(size=40).astype(np.float32), "y": np.arange(40) % 2})
+        spec = freeze_evalset(
+            table,
+            tmp_path / "probs",
+            name="probs",
+            task="classification",
+            target="y",
+            inputs=InputsSpec(columns=["f0"]),
+            outputs="probabilities",
+        )
+        plain = read_spec(tmp_path / "plain")
+        assert "outputs" not in (plain.field_sha256 or {})  # older identities are unchanged
+        manifest = tmp_path / "probs" / "evalset.yaml"
+        assert yaml.safe_load(manifest.read_text())["outputs"] == "probabilities"
+        assert spec.field_sha256 is not None and "outputs" in spec.field_sha256
+        edited = yaml.safe_load(manifest.read_text())
+        del edited["outputs"]
+        manifest.write_text(yaml.safe_dump(edited, sort_keys=False))
+        with pytest.raises(EvalsetFieldChanged, match="outputs: changed since freeze"):
+            check_manifest(tmp_path / "probs", read_spec(tmp_path / "probs"))
