@@ -100,7 +100,7 @@ def resolve_targets(
     if not known:
         raise NothingToEvaluate(
             f"{registry.root}: the registry holds no checkpoint; register one with "
-            "`evalsentry register CHECKPOINT --model NAME --stage production`"
+            "`evalsentry register CHECKPOINT --model NAME --new-model --stage production`"
         )
     for model in models or ():
         if model not in known:

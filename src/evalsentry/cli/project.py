@@ -94,7 +94,7 @@ Next steps{where}:
        evalsentry evalset freeze rows.csv --name NAME --task classification --target LABEL --inputs a,b,c
   2. Save checkpoints in training code with evalsentry.save_checkpoint(...), list the module of
      your model class under trusted_factories: in evalsentry.yaml, and register one:
-       evalsentry register model.pt --model MODEL --stage production
+       evalsentry register model.pt --model MODEL --new-model --stage production
   3. Bind each model to its evalsets under models: in evalsentry.yaml
   4. Run a week now, then gate it:
        evalsentry run
