@@ -129,6 +129,14 @@ class MarkerNet(TinyNet):
             Path(marker).touch()
 
 
+class MutatingNet(TinyNet):
+    """Scales its input in place before using it (``x.div_(16)``), as careless code might."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.div_(16)
+        return self.body(x.flatten(1))
+
+
 def exploding_factory(features: int = 4, classes: int = 3, hidden: int = 8) -> TinyNet:
     """A factory that raises while building the model."""
     raise ValueError(f"cannot build a {features}x{hidden}x{classes} net today")

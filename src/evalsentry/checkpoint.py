@@ -15,15 +15,18 @@ which loads the file by its pinned sha256 and factory, records the entry's.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
 import logging
 import os
 import pickle  # nosec B403 - only to recognise UnpicklingError; nothing is unpickled here
+import tempfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from evalsentry.errors import (
     CheckpointChanged,
@@ -40,7 +43,7 @@ from evalsentry.errors import (
     UnsafeCheckpoint,
 )
 from evalsentry.lineage import DataSource, build_lineage, missing_fields, training_files
-from evalsentry.storage import filesystem, sha256_file, write_atomic
+from evalsentry.storage import HASH_CHUNK, filesystem, write_atomic
 from evalsentry.trust import DEFAULT_MAX_CHECKPOINT_BYTES, Trust, import_factory
 
 if TYPE_CHECKING:
@@ -193,7 +196,9 @@ def save_checkpoint(
     return target
 
 
-def check_archive(path: str | os.PathLike[str], max_bytes: int) -> None:
+def check_archive(
+    path: str | os.PathLike[str], max_bytes: int, source: IO[bytes] | None = None
+) -> None:
     """Refuse a checkpoint larger than ``max_bytes``, on disk or once inflated, before reading it.
 
     ``torch.save`` writes a zip archive; the uncompressed sizes its central directory declares
@@ -201,17 +206,22 @@ def check_archive(path: str | os.PathLike[str], max_bytes: int) -> None:
     declared size, so they bound what reading allocates). Other files are refused: the legacy
     format declares its tensors' sizes inside the pickle, where they cannot be checked first.
 
+    Args:
+        path: the file, named in refusals (and read, unless ``source`` is given).
+        max_bytes: the limit.
+        source: the file's bytes already read (``snapshot``): what is checked is what loads.
+
     Raises:
         CheckpointTooLarge: the file or its inflated entries exceed ``max_bytes``.
         CheckpointCorrupt: not a readable zip archive.
 
     """
     file = Path(path)
-    size = file.stat().st_size
+    size = file.stat().st_size if source is None else source.seek(0, io.SEEK_END)
     if size > max_bytes:
         raise CheckpointTooLarge(file, "the file is", size, max_bytes)
     try:
-        with zipfile.ZipFile(file) as archive:
+        with zipfile.ZipFile(source if source is not None else file) as archive:
             infos = archive.infolist()
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
         raise CheckpointCorrupt(
@@ -226,6 +236,49 @@ def check_archive(path: str | os.PathLike[str], max_bytes: int) -> None:
     inflated = sum(info.file_size for info in infos)
     if inflated > max_bytes:
         raise CheckpointTooLarge(file, "its archive inflates to", inflated, max_bytes)
+
+
+#: Checkpoints up to this size are read into memory once; larger ones are copied, once, to a
+#: private file: either way the bytes hashed are the bytes loaded.
+IN_MEMORY_BYTES = 256 * 2**20
+
+
+@contextlib.contextmanager
+def snapshot(path: str | os.PathLike[str], max_bytes: int) -> Iterator[tuple[IO[bytes], str]]:
+    """The checkpoint's bytes, read once, and their sha256: what is verified is what loads.
+
+    Hashing a file and then opening it again to load it leaves a gap in which the file can be
+    swapped; here one read fills a buffer (or, past ``IN_MEMORY_BYTES``, a private copy no
+    other user can write) that is both hashed and handed to ``torch.load``.
+
+    Raises:
+        CheckpointNotFound: no such file.
+        CheckpointTooLarge: it is, or grows while read past, ``max_bytes``.
+    """
+    file = Path(path)
+    digest = hashlib.sha256()
+    try:
+        handle = file.open("rb")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise CheckpointNotFound(file) from None
+    with handle, contextlib.ExitStack() as cleanup:
+        size = os.fstat(handle.fileno()).st_size
+        if size > max_bytes:
+            raise CheckpointTooLarge(file, "the file is", size, max_bytes)
+        if size <= IN_MEMORY_BYTES:
+            target: IO[bytes] = io.BytesIO()
+        else:
+            folder = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="evalsentry-"))
+            target = cleanup.enter_context(Path(folder, "checkpoint.pt").open("w+b"))
+        copied = 0
+        while chunk := handle.read(HASH_CHUNK):
+            copied += len(chunk)
+            if copied > max_bytes:
+                raise CheckpointTooLarge(file, "the file is", copied, max_bytes)
+            digest.update(chunk)
+            target.write(chunk)
+        target.seek(0)
+        yield target, digest.hexdigest()
 
 
 def _is_export_member(name: str) -> bool:
@@ -244,25 +297,29 @@ def read_payload(
     map_location: str = "cpu",
     *,
     max_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
+    source: IO[bytes] | None = None,
 ) -> dict[str, Any]:
     """Read a checkpoint's payload with ``weights_only=True``; nothing in it can run.
 
     Its size is checked first (``check_archive``). A bare state dict comes back as
     ``{"model_state_dict": ...}``, without ``lineage``; so does a checkpoint that has none.
+    ``source`` is the file's bytes already read (``snapshot``), else the file is read.
 
     Raises:
         CheckpointNotFound, CheckpointTooLarge, UnsafeCheckpoint, CheckpointCorrupt,
         UnknownLayout.
 
     """
+    if source is None:
+        with snapshot(path, max_bytes) as (bytes_, _):
+            return read_payload(path, map_location, max_bytes=max_bytes, source=bytes_)
     import torch
 
     file = Path(path)
-    if not file.is_file():
-        raise CheckpointNotFound(file)
-    check_archive(file, max_bytes)
+    check_archive(file, max_bytes, source)
+    source.seek(0)
     try:
-        payload = torch.load(file, map_location=map_location, weights_only=True)
+        payload = torch.load(source, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         text = str(exc)
         # torch names a refused import "Unsupported global: GLOBAL x" or "unsupported GLOBAL x".
@@ -336,10 +393,12 @@ def load_checkpoint(
         raise CheckpointNotFound(file)
     if factory is not None:
         trust.check(factory)  # a pinned factory that is not trusted is refused before any read
-    sha, _ = sha256_file(file)
-    if expected_sha256 is not None and sha != expected_sha256:
-        raise CheckpointChanged(file, expected_sha256, sha)
-    payload = read_payload(file, map_location, max_bytes=trust.max_checkpoint_bytes)
+    with snapshot(file, trust.max_checkpoint_bytes) as (source, sha):
+        if expected_sha256 is not None and sha != expected_sha256:
+            raise CheckpointChanged(file, expected_sha256, sha)
+        payload = read_payload(
+            file, map_location, max_bytes=trust.max_checkpoint_bytes, source=source
+        )
     recorded = payload.get("lineage")
     if recorded is not None and lineage is not None:
         raise CheckpointError(

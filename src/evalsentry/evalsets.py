@@ -193,7 +193,11 @@ class Evalset:
     slices: dict[str, np.ndarray]
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs and targets as tensors sharing the arrays' memory (never written)."""
+        """Inputs and targets as tensors sharing the arrays' memory.
+
+        Never handed to a model as they are: inference gives each forward a copy of its batch
+        (a model may write its input), so these stay the frozen values.
+        """
         import torch
 
         with warnings.catch_warnings():

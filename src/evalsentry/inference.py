@@ -234,7 +234,11 @@ def run_inference(
     retries, start, done = 0, time.perf_counter(), 0
     with torch.inference_mode():
         while done < total:
-            batch = inputs[done : done + batch_size].to(target_device, non_blocking=on_cuda)
+            # A copy of its own for every forward: a model that edits its input in place
+            # (x.div_(16)) changes nothing another checkpoint will see.
+            batch = inputs[done : done + batch_size].to(
+                target_device, non_blocking=on_cuda, copy=True
+            )
             if channels_last:
                 batch = batch.contiguous(memory_format=layout)
             try:
@@ -531,7 +535,7 @@ def predict_classes(
     model = model.to(target).eval()
     with torch.inference_mode():
         outputs = [
-            model(inputs[i : i + batch_size].to(target)).argmax(dim=1).cpu()
+            model(inputs[i : i + batch_size].to(target, copy=True)).argmax(dim=1).cpu()
             for i in range(0, len(inputs), batch_size)
         ]
     return torch.cat(outputs).numpy() if outputs else np.empty(0, np.int64)

@@ -17,6 +17,7 @@ never returns it; its entry and its file are kept for audit.
 from __future__ import annotations
 
 import getpass
+import hashlib
 import json
 import logging
 import re
@@ -32,6 +33,7 @@ from pydantic_core import PydanticCustomError
 from evalsentry.checkpoint import load_checkpoint
 from evalsentry.config import config_error
 from evalsentry.errors import (
+    CheckpointChanged,
     CheckpointNotFound,
     NotRegistered,
     RegistryEntryInvalid,
@@ -255,11 +257,28 @@ class Registry:
                 stage_history=[StageChange(stage=stage, at=_now(), by=_who())],
             )
             if self._write(self._entry_path(model, version), _dump(entry), exclusive=True):
+                earlier = self.find(model, sha)
+                if earlier is not None and earlier.version < version:
+                    # Another registration of this file claimed a lower version meanwhile: the
+                    # lowest one stands, this one is withdrawn (entry and copy), never half-kept.
+                    self._withdraw(entry)
+                    return Registration(earlier, new=False)
                 log.info("registered %s (%s)", entry.ref, sha[:12])
                 if stage == "production":
                     return Registration(self.promote(model, version, "production"), new=True)
                 return Registration(entry, new=True)
         raise RegistryError(f"could not claim a version for {model!r}; too many concurrent writers")
+
+    def _withdraw(self, entry: RegistryEntry) -> None:
+        """Remove a version this process just claimed, and its copy, for a duplicate file."""
+        for path in (self._entry_path(entry.model, entry.version), entry.uri):
+            if path == entry.uri and not entry.uri.startswith(self._model_dir(entry.model)):
+                continue  # the team's own file, not a copy in the registry
+            try:
+                self.fs.rm_file(path)
+            except FileNotFoundError:
+                continue
+        log.info("%s was the same file as an earlier version; withdrawn", entry.ref)
 
     def find(self, model: str, sha256: str) -> RegistryEntry | None:
         """The oldest version of ``model`` that pins the file ``sha256``, or None."""
@@ -267,7 +286,10 @@ class Registry:
 
     def _copy_in(self, file: Path, model: str, version: int, sha: str) -> str:
         target = join(self._model_dir(model), "artifacts", f"v{version:06d}-{sha[:12]}.pt")
-        self._write(target, file.read_bytes())
+        data = file.read_bytes()
+        if hashlib.sha256(data).hexdigest() != sha:  # swapped since it was checked and loaded
+            raise CheckpointChanged(file, sha, hashlib.sha256(data).hexdigest())
+        self._write(target, data)
         return target if "://" not in self.root else self.fs.unstrip_protocol(target)
 
     def _versions(self, model: str) -> list[int]:
@@ -335,9 +357,20 @@ class Registry:
         return entry
 
     def list(self, model: str | None = None) -> list[RegistryEntry]:
-        """Every entry, or one model's, ordered by model and version."""
+        """Every entry, or one model's, ordered by model and version.
+
+        A version withdrawn between listing and reading (a duplicate registration of the same
+        file, racing this one) is left out.
+        """
         names = [model] if model else self.models()
-        return [self.show(m, v) for m in names for v in self._versions(m)]
+        entries = []
+        for name in names:
+            for version in self._versions(name):
+                try:
+                    entries.append(self.show(name, version))
+                except VersionNotRegistered:
+                    continue
+        return entries
 
     def resolve(self, model: str, stage: str) -> RegistryEntry:
         """The newest version of ``model`` in ``stage``: what a run evaluates.

@@ -101,7 +101,7 @@ def time_pair(
         start = time.perf_counter()
         with torch.inference_mode():
             for i in range(0, len(sample), batch_size):
-                model(sample[i : i + batch_size].to(target, non_blocking=True))
+                model(sample[i : i + batch_size].to(target, non_blocking=True, copy=True))
         if target.type == "cuda":
             torch.cuda.synchronize(target)
         return time.perf_counter() - start

@@ -1,0 +1,68 @@
+"""Results that cannot be poisoned: what one checkpoint does never changes another's result.
+
+Numbers refer to the "What happens when..." table in the README.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from evalsentry.checkpoint import save_checkpoint
+from evalsentry.config import load_config
+from evalsentry.flows.weekly_eval import weekly_eval
+from evalsentry.history import History
+from evalsentry.registry import Registry
+from tests.models import TRUST, MutatingNet
+
+WEEK = "2026-W40"
+
+
+def _as(model_class: type[torch.nn.Module], good: Path, path: Path, train_data: Path) -> Path:
+    """The good toy checkpoint's weights, saved as a checkpoint of ``model_class``."""
+    payload = torch.load(good, weights_only=True)
+    model = model_class(features=4, classes=3, hidden=8)
+    model.load_state_dict(payload["model_state_dict"])
+    return save_checkpoint(
+        model,
+        path,
+        metrics={},
+        config={"model": model_class.__name__},
+        seed=7,
+        data=train_data,
+        factory_kwargs={"features": 4, "classes": 3, "hidden": 8},
+    )
+
+
+def test_59_a_model_editing_its_input_in_place_changes_no_other_result(
+    toy_project: Path, toy_checkpoints: dict[str, Path], tmp_path: Path, train_data: Path
+) -> None:
+    """59: a forward doing x.div_(16) first, in the same evaluation process as two healthy copies.
+
+    One task at a time, so one child evaluates all three in turn: the healthy ones still score
+    the teacher's labels perfectly and predict alike.
+    """
+    registry = Registry(load_config(toy_project).registry_url)
+    mutant = _as(MutatingNet, toy_checkpoints["good"], tmp_path / "mutant.pt", train_data)
+    registry.register(mutant, "a-mutant", stage="production", trust=TRUST)
+    registry.register(toy_checkpoints["good"], "b-good", stage="production", trust=TRUST)
+    one_at_a_time = weekly_eval.with_options(task_runner=ThreadPoolTaskRunner(max_workers=1))
+    state = one_at_a_time(week=WEEK, config_path=str(toy_project), return_state=True)
+    assert state.is_completed(), state.message
+    history = History(load_config(toy_project).store_url)
+    rows = history.evaluations().set_index("model")
+    metrics = history.metrics(rows["evaluation_id"])
+    accuracy = metrics[(metrics["metric"] == "accuracy") & (metrics["slice"] == "")]
+    by_model = dict(zip(rows.loc[:, "evaluation_id"], rows.index, strict=True))
+    scored = {
+        by_model[e]: v for e, v in zip(accuracy["evaluation_id"], accuracy["value"], strict=True)
+    }
+    assert scored["b-good"] == scored["toy-model"] == 1.0
+    assert scored["a-mutant"] < 1.0  # it spoiled its own copy of the data, and only that
+    good = history.predictions(str(rows.loc["b-good", "evaluation_id"]))
+    same = history.predictions(str(rows.loc["toy-model", "evaluation_id"]))
+    assert good is not None and same is not None
+    assert np.array_equal(good["prediction"], same["prediction"])
