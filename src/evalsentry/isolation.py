@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 
 from evalsentry.errors import EvalsentryError, UsageError
 from evalsentry.inference import ForwardRaised, exception_line
+from evalsentry.trust import import_path
 
 if TYPE_CHECKING:
     from evalsentry.evalsets import Evalset
@@ -260,8 +261,12 @@ class _Child:
             f"import sys; sys.path.insert(0, {root!r}); "
             f"from evalsentry.isolation import serve; serve({theirs.fileno()}, {os.getpid()})"
         )
+        # -P: the working folder is not put on sys.path, -E: nor PYTHONPATH, so the child's own
+        # imports (queue, socket, torch) come from the interpreter's paths only; each job then
+        # sets the caller's import path (standard library first).
+        argv = [sys.executable, "-E", "-P", "-c", code]
         try:
-            self.process = _SPAWNER.popen([sys.executable, "-c", code], theirs.fileno())
+            self.process = _SPAWNER.popen(argv, theirs.fileno())
         finally:
             theirs.close()
         self.connection = Connection(ours.detach())
@@ -362,7 +367,7 @@ class _Child:
             "key": key,
             "evalset": evalset if fresh else None,
             "keep": list(self.evalsets),
-            "sys_path": list(sys.path),
+            "sys_path": import_path(sys.path),
             "cwd": str(Path.cwd()),
             "threads": torch.get_num_threads() if torch is not None else None,
             "log_level": logging.getLogger("evalsentry").getEffectiveLevel(),

@@ -21,10 +21,13 @@ declares, are checked before anything is inflated (``evalsentry.checkpoint.check
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
 import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from evalsentry.errors import FactoryError, UntrustedFactory, did_you_mean
@@ -99,8 +102,8 @@ class Trust:
         import torch
 
         module, _ = self.check(factory)
-        if self.project and self.project not in sys.path:
-            sys.path.insert(0, self.project)
+        if self.project:
+            _import_from_project(module, self.project)
         target = import_factory(factory)
         if isinstance(target, type):
             if not issubclass(target, torch.nn.Module):
@@ -115,6 +118,63 @@ class Trust:
         raise UntrustedFactory(
             factory, f"{problem}; add {factory!r} itself to trusted_factories in {self.config_file}"
         )
+
+
+def _import_from_project(module: str, project: str) -> None:
+    """Import ``module``'s top-level package from the project folder, when it is there.
+
+    The project's own module wins whatever ``sys.path`` says: a file of the same name in the
+    working folder or on ``PYTHONPATH`` never stands in for it. The folder also joins
+    ``sys.path`` (after the standard library), so the module's own imports of its neighbours
+    resolve.
+
+    Raises:
+        FactoryError: the name is already imported from somewhere else (it cannot be swapped).
+    """
+    top = module.partition(".")[0]
+    spec = importlib.machinery.PathFinder.find_spec(top, [project])
+    if spec is None or spec.loader is None:
+        return  # not the project's: an installed package, imported as usual
+    if project not in sys.path:
+        sys.path[:] = import_path([*sys.path, project])
+    loaded = sys.modules.get(top)
+    if loaded is not None:
+        origin = getattr(loaded, "__file__", None) or ""
+        if not origin or not Path(origin).resolve().is_relative_to(Path(project).resolve()):
+            raise FactoryError(
+                module,
+                f"the project's {top!r} ({spec.origin}) cannot be imported: a module of that name "
+                f"is already loaded from {origin or 'elsewhere'}; rename one of them",
+            )
+        return
+    found = importlib.util.module_from_spec(spec)
+    sys.modules[top] = found
+    try:
+        spec.loader.exec_module(found)
+    except BaseException:
+        sys.modules.pop(top, None)
+        raise
+
+
+def _is_stdlib(entry: str) -> bool:
+    """Whether a ``sys.path`` entry is the standard library's (under the base prefix)."""
+    if not entry:
+        return False
+    path = Path(entry).absolute()
+    return path.is_relative_to(Path(sys.base_prefix).absolute()) and not any(
+        part in ("site-packages", "dist-packages") for part in path.parts
+    )
+
+
+def import_path(path: list[str]) -> list[str]:
+    """A ``sys.path`` for code that imports on a checkpoint's behalf.
+
+    The standard library first, so that nothing of the same name elsewhere (a ``queue.py``
+    beside a checkpoint, a ``PYTHONPATH`` folder) shadows it; never ``''``, the working folder
+    of the moment; otherwise the order as given, each entry once.
+    """
+    kept = list(dict.fromkeys(entry for entry in path if entry))
+    return [e for e in kept if _is_stdlib(e)] + [e for e in kept if not _is_stdlib(e)]
 
 
 def parse_factory(factory: object) -> tuple[str, str]:

@@ -68,3 +68,106 @@ class TestRacingRegistrations:
         entries = Registry(str(tmp_path / ".evalsentry" / "registry")).list("m")
         assert [e.version for e in entries] == [1]
         assert all("m@v1" in out or "m v1 is already this file" in out for out in outs), outs
+
+
+TEAM_MODELS = '''
+import torch
+from torch import nn
+
+
+class TinyNet(nn.Module):
+    """The team's model, as the project reviewed it."""
+
+    def __init__(self, features=4, classes=3, hidden=8):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+
+    def forward(self, x):
+        return self.body(x.flatten(1))
+'''
+
+
+def _marker_module(marker: Path) -> str:
+    """Python source that proves it ran: importing it creates ``marker``."""
+    return f"from pathlib import Path\nPath({str(marker)!r}).touch()\n"
+
+
+class TestStrayModules:
+    @pytest.fixture
+    def team(self, tmp_path: Path, toy_evalset: Path) -> tuple[Path, Path, Path]:
+        """A project with team_models.py beside its config; a checkpoint naming its TinyNet."""
+        import shutil
+
+        from tests.conftest import _teacher
+        from tests.unit.test_handwritten_checkpoints import LINEAGE
+
+        project = tmp_path / "project"
+        project.mkdir()
+        shutil.copytree(toy_evalset, project / "evalsets" / "toy")
+        (project / "team_models.py").write_text(TEAM_MODELS)
+        (project / "evalsentry.yaml").write_text("trusted_factories: [team_models]\n")
+        elsewhere = tmp_path / "downloads"
+        elsewhere.mkdir()
+        checkpoint = elsewhere / "candidate.pt"
+        model = {
+            "factory": "team_models:TinyNet",
+            "kwargs": {"features": 4, "classes": 3, "hidden": 8},
+        }
+        torch.save(
+            {"model_state_dict": _teacher().state_dict(), "lineage": {**LINEAGE, "model": model}},  # type: ignore[attr-defined]
+            checkpoint,
+        )
+        return project, elsewhere, checkpoint
+
+    def _evaluate(
+        self, project: Path, cwd: Path, checkpoint: Path, *, python_path: str, module: bool
+    ) -> Any:
+        import os
+        import subprocess
+        import sys
+
+        root = Path(__file__).parents[2]
+        env = {**os.environ, "PYTHONPATH": f"{python_path}{os.pathsep}{root}"}
+        env.pop("PYTHONSAFEPATH", None)
+        command = (
+            [sys.executable, "-m", "evalsentry.cli"]
+            if module
+            else [str(Path(sys.executable).with_name("evalsentry"))]
+        )
+        argv = [*command, "evaluate", "--checkpoint", str(checkpoint), "--model", "toy"]
+        argv += ["--new-model", "--config", str(project / "evalsentry.yaml")]
+        return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+    @pytest.mark.parametrize(
+        ("module", "python_path"),
+        [(False, "/nowhere"), (True, "/nowhere"), (False, "")],
+        ids=["evalsentry", "python -m", "PYTHONPATH with an empty entry"],
+    )
+    def test_62_a_module_beside_the_checkpoint_never_runs(
+        self, team: tuple[Path, Path, Path], tmp_path: Path, module: bool, python_path: str
+    ) -> None:
+        """62: evaluate run in a folder holding queue.py: neither process imports it.
+
+        An empty PYTHONPATH entry (``:/x``) means the working folder: it is dropped too.
+        """
+        project, elsewhere, checkpoint = team
+        marker = tmp_path / "queue-ran"
+        (elsewhere / "queue.py").write_text(_marker_module(marker))
+        result = self._evaluate(
+            project, elsewhere, checkpoint, python_path=python_path, module=module
+        )
+        assert result.returncode == 0, result.stderr
+        assert not marker.exists()
+
+    def test_63_a_stray_team_models_never_stands_in_for_the_project_s(
+        self, team: tuple[Path, Path, Path], tmp_path: Path
+    ) -> None:
+        """63: team_models.py in the working folder and first on PYTHONPATH: the project's runs."""
+        project, elsewhere, checkpoint = team
+        marker = tmp_path / "stray-ran"
+        (elsewhere / "team_models.py").write_text(_marker_module(marker) + TEAM_MODELS)
+        result = self._evaluate(
+            project, elsewhere, checkpoint, python_path=f"{elsewhere}:{project}", module=False
+        )
+        assert result.returncode == 0, result.stderr
+        assert not marker.exists()

@@ -12,7 +12,6 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from evalsentry.cli.ci import COMMANDS
@@ -48,11 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler.setLevel(os.environ.get("EVALSENTRY_LOG_LEVEL", "ERROR").upper())
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=handler.level, handlers=[handler])
-    # Like `python -m`: the current folder is importable, so model factories and flows of the
-    # project the command runs in resolve.
-    cwd = str(Path.cwd())
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
+    # The working folder is not put on sys.path: a file there named like a module (a queue.py
+    # beside a checkpoint) must never run. Trusted model modules come from the project folder
+    # (evalsentry.trust), flows from the installed package.
     try:
         if args and args[0] in COMMANDS:
             return COMMANDS[args[0]](args[1:])
@@ -77,6 +74,16 @@ def entry() -> NoReturn:
     flushed; its files are written and closed before it prints. Other commands exit normally:
     their atexit handlers (a temporary Prefect server's shutdown) must run.
     """
+    from evalsentry.trust import import_path
+
+    # The program imports from no working folder: PYTHONPATH's empty entries ("", as in
+    # ":/x") mean the folder of the moment, and a module there named like a standard one
+    # (a queue.py beside a checkpoint) must never run, here or in the Python processes this
+    # one starts (codecarbon's CPU probe is one); the standard library comes first.
+    sys.path[:] = import_path(sys.path)
+    if "PYTHONPATH" in os.environ:
+        entries = [e for e in os.environ["PYTHONPATH"].split(os.pathsep) if e]
+        os.environ["PYTHONPATH"] = os.pathsep.join(entries)
     code = main()
     if sys.argv[1:2] == ["gate"]:
         logging.shutdown()
