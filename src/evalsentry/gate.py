@@ -352,12 +352,27 @@ def gate_week(
         comparisons.append(failed_verdict(row))
     ok = frame[frame["status"] == "ok"]
     production = ok[ok["stage"] == "production"]
-    for (line_model, line_evalset), line in production.groupby(["model", "evalset"]):
+    candidates = ok[(ok["week"] == week) & (ok["stage"] == "candidate")]
+    lines = sorted(
+        set(zip(production["model"], production["evalset"], strict=True))
+        | set(zip(candidates["model"], candidates["evalset"], strict=True))
+    )
+    for line_model, line_evalset in lines:
+        line = production[
+            (production["model"] == line_model) & (production["evalset"] == line_evalset)
+        ]
+        its_candidates = candidates[
+            (candidates["model"] == line_model) & (candidates["evalset"] == line_evalset)
+        ]
         current_rows = line[line["week"] == week]
+        earlier = line[line["week"] < week]
         if current_rows.empty:
+            # No production result this week (archived, or it failed): the line's candidates
+            # are its result, gated against its last production result and its baseline.
+            for _, candidate in its_candidates.iterrows():
+                comparisons += _against_line(history, candidate, earlier, policy, evalsets_dir)
             continue
         current = current_rows.iloc[-1]
-        earlier = line[line["week"] < week]
         names, num_classes = _spec_for(current, evalsets_dir)
         if earlier.empty:
             comparisons.append(_baseline_marker(current))
@@ -366,18 +381,14 @@ def gate_week(
         comparisons += compare(
             history, current, previous, Reference.PREVIOUS_WEEK, policy, names, num_classes
         )
-        baseline = _baseline_row(history, line, str(line_model))
-        if baseline is not None and baseline["week"] not in (previous["week"], week):
+        baseline = _baseline_row(history, line, current)
+        if isinstance(baseline, Comparison):
+            comparisons.append(baseline)
+        elif baseline is not None and baseline["week"] not in (previous["week"], week):
             comparisons += compare(
                 history, current, baseline, Reference.BASELINE, policy, names, num_classes
             )
-        candidates = ok[
-            (ok["week"] == week)
-            & (ok["stage"] == "candidate")
-            & (ok["model"] == line_model)
-            & (ok["evalset"] == line_evalset)
-        ]
-        for _, candidate in candidates.iterrows():
+        for _, candidate in its_candidates.iterrows():
             comparisons += compare(
                 history,
                 candidate,
@@ -451,12 +462,77 @@ def _baseline_marker(current: pd.Series) -> Comparison:
     )
 
 
-def _baseline_row(history: History, line: pd.DataFrame, model: str) -> pd.Series | None:
-    week, pinned = history.baseline(model, line["week"])
+def _baseline_row(
+    history: History, line: pd.DataFrame, current: pd.Series
+) -> pd.Series | Comparison | None:
+    """The line's baseline result; an ERROR when a pinned baseline week holds none; else None.
+
+    ``line`` is the line's production results. A pinned week without one is never skipped
+    quietly: a degraded week would then pass the comparison the team asked for.
+    """
+    week, pinned = history.baseline(str(current["model"]), line["week"])
     rows = line[line["week"] == week]
-    if rows.empty:
+    if not rows.empty:
+        return rows.iloc[-1] if pinned else rows.iloc[0]
+    if not pinned:
         return None
-    return rows.iloc[-1] if pinned else rows.iloc[0]
+    return _error(
+        current,
+        Reference.BASELINE,
+        f"not comparable: the pinned baseline {week} holds no production result of "
+        f"{current['model']} on {current['evalset']}; pin a week that does (evalsentry "
+        f"baseline set --model {current['model']} --week WEEK)",
+        reference_week=week,
+    )
+
+
+def _against_line(
+    history: History,
+    candidate: pd.Series,
+    production: pd.DataFrame,
+    policy: GatePolicy,
+    evalsets_dir: str | None,
+) -> list[Comparison]:
+    """A candidate against its line's latest production result and its baseline; both gate.
+
+    With no production result to compare with, the verdict says so: an ERROR when the line's
+    production evaluations all failed, else BASELINE (a new line), never a PASS.
+    """
+    if production.empty:
+        return [_no_reference(history, candidate)]
+    names, num_classes = _spec_for(candidate, evalsets_dir)
+    reference = production.iloc[-1]
+    comparisons = compare(
+        history, candidate, reference, Reference.PRODUCTION, policy, names, num_classes
+    )
+    baseline = _baseline_row(history, production, candidate)
+    if isinstance(baseline, Comparison):
+        comparisons.append(baseline)
+    elif baseline is not None and baseline["evaluation_id"] != reference["evaluation_id"]:
+        comparisons += compare(
+            history, candidate, baseline, Reference.BASELINE, policy, names, num_classes
+        )
+    return comparisons
+
+
+def _no_reference(history: History, candidate: pd.Series) -> Comparison:
+    """A candidate's verdict when its line has no production result: ERROR if they all failed."""
+    tried = history.evaluations(
+        model=candidate["model"], evalset=candidate["evalset"], kind=WEEKLY_RUN
+    )
+    failed = tried[(tried["stage"] == "production") & (tried["status"] != "ok")]
+    if failed.empty:
+        return replace(
+            _baseline_marker(candidate), reason="no production result to compare with: a new line"
+        )
+    last = failed.iloc[-1]
+    return _error(
+        candidate,
+        Reference.PRODUCTION,
+        f"not comparable: every production evaluation of {candidate['model']} on "
+        f"{candidate['evalset']} failed, so there is nothing to compare with (latest, "
+        f"{last['week']}: {last['error']})",
+    )
 
 
 def gate_candidate(
@@ -469,23 +545,12 @@ def gate_candidate(
     """Gate a candidate against its model's latest production result and its baseline.
 
     Both comparisons gate, so the worse verdict decides: once a degraded model is in
-    production, a candidate as bad still fails against the baseline.
+    production, a candidate as bad still fails against the baseline. A line whose production
+    evaluations all failed is an ERROR, never a first week.
     """
     frame = history.evaluations(
         model=candidate["model"], evalset=candidate["evalset"], kind=WEEKLY_RUN
     )
     production = frame[(frame["status"] == "ok") & (frame["stage"] == "production")]
-    if production.empty:
-        marker = replace(_baseline_marker(candidate), reason="no production result to compare with")
-        return GateReport(candidate["week"], [marker], policy.strict)
-    names, num_classes = _spec_for(candidate, evalsets_dir)
-    reference = production.iloc[-1]
-    comparisons = compare(
-        history, candidate, reference, Reference.PRODUCTION, policy, names, num_classes
-    )
-    baseline = _baseline_row(history, production, str(candidate["model"]))
-    if baseline is not None and baseline["evaluation_id"] != reference["evaluation_id"]:
-        comparisons += compare(
-            history, candidate, baseline, Reference.BASELINE, policy, names, num_classes
-        )
+    comparisons = _against_line(history, candidate, production, policy, evalsets_dir)
     return GateReport(candidate["week"], comparisons, policy.strict)

@@ -516,12 +516,23 @@ class History:
         )
 
     def set_baseline(self, model: str, week: str) -> None:
-        """Pin ``week`` as the baseline of ``model``'s production line."""
+        """Pin ``week`` as the baseline of ``model``'s production line.
+
+        Raises:
+            HistoryError: the week holds no successful production result of ``model``.
+        """
         check_name("model", model)
         check_week(week)
-        if self.evaluations(model=model, weeks=[week], kind=WEEKLY_RUN).empty:
+        rows = self.evaluations(model=model, weeks=[week], kind=WEEKLY_RUN)
+        if rows[(rows["status"] == "ok") & (rows["stage"] == "production")].empty:
+            held = (
+                f"it holds only {', '.join(sorted({f'{r.stage} {r.status}' for r in rows.itertuples()}))} rows"
+                if not rows.empty
+                else "it holds no evaluation of it"
+            )
             raise HistoryError(
-                f"no evaluation of {model!r} recorded in week {week}; nothing to pin"
+                f"no production result of {model!r} recorded in week {week} ({held}); a "
+                "baseline is a production result: pin a week that has one"
             )
         document = {"model": model, "week": week, "set_at": now_utc().isoformat(timespec="seconds")}
         path = join(self.path, BASELINES, f"{model}.json")

@@ -400,8 +400,10 @@ class TestEvaluateCommand:
             f" '--model', 'toy-model', '--config', {config(with_production)!r}]);"
             "print(rc, sorted(m for m in ('typer', 'rich', 'torch') if m in sys.modules))"
         )
+        # The trusted tests.models comes from PYTHONPATH: the working folder is never searched.
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
         result = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
         )
         assert result.stdout.strip().splitlines()[-1] == "0 []"
 

@@ -171,3 +171,82 @@ class TestStrayModules:
         )
         assert result.returncode == 0, result.stderr
         assert not marker.exists()
+
+
+class TestBaselinesAndReferences:
+    @pytest.fixture
+    def project(self, tmp_path: Path) -> Path:
+        """A project whose history is written by the tests."""
+        (tmp_path / "evalsentry.yaml").write_text("store: store\n")
+        return tmp_path
+
+    def test_64_a_baseline_pinned_to_a_week_without_production_is_refused(
+        self, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """64: `baseline set` to a week holding only a candidate's row: exit 2, nothing pinned."""
+        from evalsentry.cli import main
+        from evalsentry.history import History
+        from tests.synthetic import accuracy_mask, record_week
+
+        history = History(str(project / "store"))
+        record_week(history, "2026-W39", accuracy_mask(500, 0.9), stage="candidate")
+        record_week(history, "2026-W40", accuracy_mask(500, 0.9))
+        config = ["--config", str(project / "evalsentry.yaml")]
+        assert main(["baseline", "set", "--model", "m", "--week", "2026-W39", *config]) == 2
+        err = capsys.readouterr().err
+        assert "no production result of 'm' recorded in week 2026-W39" in err
+        assert "candidate ok" in err and err.count("\n") == 1
+        assert history.baseline_week("m") is None
+
+    def test_64_a_pinned_baseline_with_no_result_is_an_error_not_a_skip(
+        self, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """64: a pin (set before, or by hand) to a week with no production: ERROR, exit 2.
+
+        Skipped, the degraded week would PASS: it matches the previous week, degraded too.
+        """
+        import json
+
+        import numpy as np
+
+        from evalsentry.cli import main
+        from evalsentry.history import History
+        from tests.synthetic import accuracy_mask, record_week
+
+        history = History(str(project / "store"))
+        good = accuracy_mask(500, 0.9)
+        worse = good.copy()
+        worse[np.flatnonzero(good)[:40]] = False
+        record_week(history, "2026-W40", good)
+        record_week(history, "2026-W41", worse, version=2, checkpoint="2" * 64)
+        record_week(history, "2026-W42", worse, version=2, checkpoint="2" * 64)
+        pin = project / "store" / "baselines" / "m.json"
+        pin.parent.mkdir(parents=True)
+        pin.write_text(json.dumps({"model": "m", "week": "2026-W39"}))
+        config = ["--config", str(project / "evalsentry.yaml")]
+        assert main(["gate", "--week", "2026-W42", *config]) == 2
+        err = capsys.readouterr().err
+        assert "the pinned baseline 2026-W39 holds no production result of m on toy" in err
+
+    def test_65_a_candidate_of_a_line_whose_production_all_failed_is_an_error(
+        self,
+        tmp_path: Path,
+        toy_evalset: Path,
+        toy_checkpoints: dict[str, Path],
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """65: `evaluate` when every production evaluation of the line failed: exit 2, not 0."""
+        from evalsentry.cli import main
+        from evalsentry.history import History
+        from tests.models import TRUSTED_YAML
+        from tests.synthetic import accuracy_mask, record_week
+
+        config = tmp_path / "evalsentry.yaml"
+        config.write_text(f"store: store\nevalsets: {toy_evalset.parent}\n" + TRUSTED_YAML)
+        history = History(str(tmp_path / "store"))
+        record_week(history, "2026-W40", accuracy_mask(300, 0.9), model="toy-model", status="error")
+        argv = ["evaluate", "--checkpoint", str(toy_checkpoints["good"]), "--model", "toy-model"]
+        assert main([*argv, "--config", str(config)]) == 2
+        err = capsys.readouterr().err
+        assert "every production evaluation of toy-model on toy failed" in err
+        assert "(latest, 2026-W40: checkpoint corrupt)" in err
