@@ -117,9 +117,10 @@ def _candidate_target(model: str, checkpoint: Path) -> Target:
     The evaluation then loads only these bytes (a file changed meanwhile is refused).
     """
     from evalsentry.pipeline import Target
-    from evalsentry.storage import sha256_file
+    from evalsentry.storage import check_path_text, sha256_file
 
     path = checkpoint.resolve()
+    check_path_text(path)
     try:
         sha = sha256_file(path)[0]
     except OSError:  # missing or unreadable: the evaluation says so, as its error row

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from datetime import date, datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -57,6 +57,10 @@ _KEY_KINDS: dict[type, str] = {
 }
 
 
+#: Every settings model: unknown keys refused; strict types, so ``yes`` (YAML's true) is never
+#: a 1 where a number belongs and ``123`` never text; NaN and infinities refused.
+SETTINGS = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
 #: Random paired swaps (sign flips) behind the gate's non-count tests: ``gate.bootstrap_resamples``.
 DEFAULT_SWAPS = 2000
 
@@ -68,7 +72,7 @@ class Tolerance(BaseModel):
     (``"5%"``).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SETTINGS
     max_drop: float | str = "1%"
 
     @field_validator("max_drop")
@@ -94,7 +98,7 @@ class Tolerance(BaseModel):
 class GatePolicy(BaseModel):
     """Gate settings: tolerance per metric, significance level, slice handling."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SETTINGS
     alpha: float = Field(0.05, gt=0, lt=1)
     default: Tolerance = Tolerance()
     metrics: dict[str, Tolerance] = Field(
@@ -161,7 +165,7 @@ def _known_row_summaries(names: list[str]) -> list[str]:
 class DriftPolicy(BaseModel):
     """Live-data drift: each evalset's recent production inputs, its features, and thresholds."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SETTINGS
     live: dict[str, str] = Field(
         default_factory=dict, description="evalset name -> Parquet path, glob or fsspec URL"
     )
@@ -179,7 +183,7 @@ class DriftPolicy(BaseModel):
 class RecurringCost(BaseModel):
     """A cost no meter sees (labelling, people's hours, storage, monitoring), declared."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SETTINGS
     name: str = Field(min_length=1, description="what it pays for, e.g. labelling")
     amount: float = Field(ge=0, allow_inf_nan=False, description="money per `per`")
     per: Literal["week", "month"] = "month"
@@ -191,7 +195,7 @@ class RecurringCost(BaseModel):
 class CostRates(BaseModel):
     """Rates that turn measured time and energy into money and carbon, and declared costs."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SETTINGS
     currency: str = "USD"
     per_device_hour: dict[str, float] = Field(default_factory=lambda: {"cpu": 0.05, "cuda": 3.0})
     carbon_kg_per_kwh: float = Field(0.4, ge=0)
@@ -215,14 +219,14 @@ class CostRates(BaseModel):
 class Traffic(BaseModel):
     """A model line's expected serving traffic, for its serving forecast."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SETTINGS
     requests_per_day: float = Field(ge=0, allow_inf_nan=False)
 
 
 class ModelBinding(BaseModel):
     """One model line's settings: the evalsets it is evaluated on."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SETTINGS
     evalsets: list[str] = Field(
         min_length=1, description="the evalsets this model is evaluated on, and only these"
     )
@@ -231,7 +235,7 @@ class ModelBinding(BaseModel):
 class Config(BaseModel):
     """``evalsentry.yaml``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SETTINGS
     store: str = ".evalsentry"
     registry: str = ".evalsentry/registry"
     evalsets: str = "evalsets"
@@ -346,6 +350,34 @@ def find_config(start: str | Path | None = None) -> Path | None:
     return None
 
 
+class DuplicateKey(yaml.YAMLError):
+    """A mapping of a settings document names one key twice."""
+
+    def __init__(self, key: str, first: int, line: int) -> None:
+        self.key, self.first, self.line = key, first, line
+        super().__init__(f"duplicate key {key!r}")
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (it keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """The mapping, once each text key is known to be given once.
+
+        Raises:
+            DuplicateKey: naming the key and both lines.
+        """
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, str) and key in seen:
+                raise DuplicateKey(key, seen[key], line)
+            if isinstance(key, str):
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_config(path: str | Path | None = None) -> Config:
     """Load ``evalsentry.yaml``.
 
@@ -397,7 +429,14 @@ def load_config(path: str | Path | None = None) -> Config:
 def _parse_yaml(file: Path, text: str) -> dict[str, object]:
     """The document's top-level mapping, its keys checked to be setting names."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except DuplicateKey as exc:
+        raise ConfigError(
+            file,
+            exc.key,
+            f"given twice (lines {exc.first} and {exc.line}); YAML keeps only the last, so the "
+            "first would be silently lost: keep one",
+        ) from None
     except yaml.YAMLError as exc:
         detail = exc.__class__.__name__
         if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
@@ -431,11 +470,27 @@ def _parse_yaml(file: Path, text: str) -> dict[str, object]:
     return data
 
 
+_TYPE_TAGS = frozenset({"float", "int", "str", "bool"})
+
+
 def config_error(file: object, exc: ValidationError) -> ConfigError:
     """The first pydantic error as a ``ConfigError`` naming file and field."""
     first = exc.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    # A union's member (``max_drop: float | str`` -> ``.float``) is no part of the setting's name.
+    field = ".".join(
+        str(p)
+        for p in first["loc"]
+        if str(p) not in _TYPE_TAGS and not str(p).startswith("function-")
+    ) or ("(top level)")
     message = first["msg"].removeprefix("Value error, ")  # pydantic's wrapping of a ValueError
+    given = first.get("input")
     if first["type"] == "extra_forbidden":
         message = "unknown field; remove it or check its spelling"
+    elif isinstance(given, bool):
+        message = (
+            f"{str(given).lower()} is not a value this setting takes ({message[0].lower()}"
+            f"{message[1:]}); YAML reads yes/no/on/off as true/false: write the value itself"
+        )
+    elif first["type"] == "finite_number":
+        message = f"{given} is not a finite number; give one"
     return ConfigError(file, field, message)

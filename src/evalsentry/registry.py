@@ -41,7 +41,14 @@ from evalsentry.errors import (
     VersionNotRegistered,
 )
 from evalsentry.names import STAGES, check_name, check_stage
-from evalsentry.storage import blocking_file, filesystem, join, sha256_file, write_atomic
+from evalsentry.storage import (
+    blocking_file,
+    check_path_text,
+    filesystem,
+    join,
+    sha256_file,
+    write_atomic,
+)
 from evalsentry.trust import Trust
 
 log = logging.getLogger(__name__)
@@ -229,6 +236,7 @@ class Registry:
         check_stage(stage)
         self.check_root()
         file = Path(checkpoint).resolve()
+        check_path_text(file)
         if not file.is_file():
             raise CheckpointNotFound(file)
         existing = self.find(model, sha256_file(file)[0])

@@ -121,8 +121,7 @@ def gate_markdown(report: GateReport, *, include_slices: bool = True) -> str:
         return "\n".join([*lines, "Nothing to compare yet."]) + "\n"
     lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += [
-        "| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |"
-        for row in comparison_rows(shown)
+        "| " + " | ".join(map(md_cell, row)) + " |" for row in comparison_rows(shown)
     ]
     return "\n".join(lines) + "\n"
 
@@ -142,10 +141,12 @@ def gate_junit(report: GateReport) -> str:
         case = ET.SubElement(
             suite,
             "testcase",
-            classname=f"{c.model}.{c.evalset}",
-            name=f"{c.metric}{f'[{c.slice}]' if c.slice else ''} vs {c.reference} ({report.week})",
+            classname=xml_text(f"{c.model}.{c.evalset}"),
+            name=xml_text(
+                f"{c.metric}{f'[{c.slice}]' if c.slice else ''} vs {c.reference} ({report.week})"
+            ),
         )
-        text = c.describe()
+        text = xml_text(c.describe())
         if not c.gating and c.verdict in (
             Verdict.FAIL,
             Verdict.WARN,
@@ -178,9 +179,22 @@ def gate_junit(report: GateReport) -> str:
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    return lines + [
-        "| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows
-    ]
+    return lines + ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
+
+
+#: Characters XML 1.0 cannot carry at all, even escaped: C0 controls but tab, newline, return.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+
+
+def xml_text(value: object) -> str:
+    r"""``value`` as text XML 1.0 can hold: a character it cannot is written ``\xNN``."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
+
+
+def md_cell(value: object) -> str:
+    """``value`` as one Markdown table cell: ``|`` escaped, line breaks and controls as spaces."""
+    text = re.sub(r"[\r\n\x00-\x1f\x7f]+", " ", str(value))
+    return text.replace("|", "\\|")
 
 
 REFERENCE_COLUMNS = {  # the summary's reference columns, in this order when present

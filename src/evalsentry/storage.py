@@ -161,6 +161,28 @@ def _mode_for(target: Path, *, exclusive: bool) -> int:
     return shared_mode()
 
 
+def check_path_text(path: str | Path) -> str:
+    """``path`` as text every record can hold; a name that is not valid UTF-8 is refused.
+
+    Such a name (bytes a UTF-8 filesystem cannot decode) would be written into the registry and
+    the history, and break every later read of them.
+
+    Raises:
+        CheckpointError: naming the file (its undecodable bytes escaped) and the fix.
+    """
+    from evalsentry.errors import CheckpointError
+
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(text).decode("utf-8", "backslashreplace")  # the bytes, \xNN
+        raise CheckpointError(
+            shown, "the file name is not valid UTF-8 text; rename the file (or its folder)"
+        ) from None
+    return text
+
+
 def unique_name(prefix: str, suffix: str) -> str:
     """A file name no other writer will choose: ``prefix-<uuid4 hex>suffix``."""
     return f"{prefix}-{uuid.uuid4().hex}{suffix}"

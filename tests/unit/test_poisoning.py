@@ -250,3 +250,109 @@ class TestBaselinesAndReferences:
         err = capsys.readouterr().err
         assert "every production evaluation of toy-model on toy failed" in err
         assert "(latest, 2026-W40: checkpoint corrupt)" in err
+
+
+class TestConfigValues:
+    @pytest.mark.parametrize(
+        ("text", "says"),
+        [
+            (
+                "gate:\n  metrics:\n    accuracy: {max_drop: .nan}\n",
+                "evalsentry.yaml: gate.metrics.accuracy.max_drop: nan is not a finite number",
+            ),
+            (
+                "gate:\n  metrics:\n    accuracy: {max_drop: yes}\n",
+                "evalsentry.yaml: gate.metrics.accuracy.max_drop: true is not a value this "
+                "setting takes",
+            ),
+            (
+                "inference_timeout_s: on\n",
+                "evalsentry.yaml: inference_timeout_s: true is not a value this setting takes",
+            ),
+            (
+                "gate:\n  strict: true\nstore: s\ngate:\n  alpha: 0.1\n",
+                "evalsentry.yaml: gate: given twice (lines 1 and 4); YAML keeps only the last",
+            ),
+            (
+                "gate:\n  alpha: 0.1\n  alpha: 0.2\n",
+                "evalsentry.yaml: alpha: given twice (lines 2 and 3)",
+            ),
+        ],
+        ids=["nan", "yes", "on", "duplicate gate", "duplicate alpha"],
+    )
+    def test_66_a_value_that_would_mislead_the_gate_is_refused_naming_its_key(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, says: str
+    ) -> None:
+        """66: NaN, a boolean where a number belongs, a key given twice: one line, exit 2."""
+        from evalsentry.cli import main
+
+        (tmp_path / "evalsentry.yaml").write_text(text)
+        assert main(["gate", "--config", str(tmp_path / "evalsentry.yaml")]) == 2
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1, err
+
+
+class TestOddText:
+    def test_67_control_characters_in_a_slice_keep_junit_and_markdown_whole(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """67: a slice value holding a bell and a newline: JUnit valid, one Markdown row each."""
+        import xml.etree.ElementTree as ET
+
+        import numpy as np
+        import xmlschema
+
+        from evalsentry.cli import main
+        from evalsentry.history import History
+        from tests import synthetic
+        from tests.unit.test_report import JUNIT_XSD
+
+        plain = synthetic.predictions
+
+        def odd_slices(correct: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
+            columns = plain(correct, seed)
+            columns["slice:half"] = np.where(columns["slice:half"] == "even", "ev\x07en", "o\ndd|x")
+            return columns
+
+        monkeypatch.setattr(synthetic, "predictions", odd_slices)
+        (tmp_path / "evalsentry.yaml").write_text("store: store\n")
+        history = History(str(tmp_path / "store"))
+        synthetic.record_week(history, "2026-W40", synthetic.accuracy_mask(400, 0.9))
+        synthetic.record_week(history, "2026-W41", synthetic.accuracy_mask(400, 0.9, seed=1))
+        junit, markdown = tmp_path / "gate.xml", tmp_path / "gate.md"
+        argv = ["gate", "--slices", "--junit", str(junit), "--markdown", str(markdown)]
+        main([*argv, "--config", str(tmp_path / "evalsentry.yaml")])
+        text = junit.read_text()
+        xmlschema.XMLSchema(JUNIT_XSD).validate(text)
+        names = [case.get("name") for case in ET.fromstring(text).iter("testcase")]
+        assert any("half=ev\\x07en" in str(name) for name in names)
+        rows = [line for line in markdown.read_text().splitlines() if line.startswith("| ")]
+        sliced = [row for row in rows if "half=" in row]
+        assert len(sliced) == 2 * 2  # two slices, two metrics: one row each, none split
+        assert all(row.endswith(" |") for row in sliced)
+        assert any("half=o dd\\|x" in row for row in sliced)
+
+    def test_68_a_checkpoint_name_that_is_not_utf8_is_refused_at_the_door(
+        self,
+        tmp_path: Path,
+        tiny_checkpoint: Path,
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """68: `register` of a file named with a byte that is not UTF-8: exit 2; the registry lists."""
+        import os
+
+        from evalsentry.cli import main
+        from tests.models import TRUSTED_YAML
+
+        (tmp_path / "evalsentry.yaml").write_text(TRUSTED_YAML)
+        monkeypatch.chdir(tmp_path)
+        odd = os.fsencode(tmp_path) + b"/model-\xff.pt"  # bytes: Path cannot hold them
+        with open(odd, "wb") as handle:
+            handle.write(tiny_checkpoint.read_bytes())
+        name = os.fsdecode(odd)  # as the shell hands it over: undecodable bytes escaped
+        assert main(["register", name, "--model", "m", "--new-model"]) == 2
+        err = capsys.readouterr().err
+        assert "model-\\xff.pt: the file name is not valid UTF-8 text; rename the file" in err
+        assert err.count("\n") == 1
+        assert main(["registry", "list"]) == 0
