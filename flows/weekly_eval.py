@@ -296,7 +296,7 @@ def weekly_eval(
     settings = load_config(config_path)
     week = resolve_week(week)
     try:
-        History(settings.store_url).check_root()  # in seconds, not after the week's inference
+        History(settings.store_url).check_writable()  # in seconds, not after the inference
     except HistoryError as exc:
         return fail(f"{week}: ERROR the store is unusable", [str(exc)])
     run = RunContext(settings, config_path, new_run_id(), week, device, tuple(stages))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -55,6 +55,34 @@ def chdir_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     """Run the test in its own folder, so nothing lands in the working directory."""
     monkeypatch.chdir(tmp_path)
     yield tmp_path
+
+
+def make_read_only(folder: Path) -> Callable[[], None]:
+    """Make ``folder`` refuse new files even for root; return what undoes it.
+
+    Not root: mode 0555. Root writes through modes, so there the folder is made immutable
+    (``chattr +i``, e2fsprogs); where neither works the test is skipped, saying why.
+    """
+    import shutil
+    import subprocess
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return lambda: folder.chmod(0o755)
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", str(folder)], check=False).returncode:
+        pytest.skip("root writes through modes, and chattr +i is not available to stop it")
+    return lambda: subprocess.run([chattr, "-i", str(folder)], check=True)
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Path]:
+    """A folder nobody, root included, can create a file in (undone after the test)."""
+    folder = tmp_path / "read-only"
+    undo = make_read_only(folder)
+    yield folder
+    undo()
 
 
 TOY_ROWS = 300

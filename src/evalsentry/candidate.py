@@ -73,7 +73,7 @@ def candidate_evalsets(
     from evalsentry.registry import Registry
 
     check_name("model", model)
-    history.check_root()
+    history.check_writable()  # before the evaluation, not after it
     if not new_model:
         check_model_line(model, Registry(settings.registry_url), history)
     return evalsets_for(model, settings, selected)

@@ -59,6 +59,7 @@ from evalsentry.storage import (
     filesystem,
     is_local,
     join,
+    probe_writable,
     unique_name,
     write_atomic,
 )
@@ -262,6 +263,23 @@ class History:
         if problem:
             raise HistoryError(f"{self.root}: {problem}; {_FIX_STORE}")
 
+    def check_writable(self) -> None:
+        """Refuse a store that cannot be written, before any work is done.
+
+        What ``check_root`` refuses, and a folder the process may not write in (a read-only
+        mount, another user's folder). Writes and removes an empty hidden file (and makes the store's folder if needed).
+
+        Raises:
+            HistoryError: naming the store, why, and the fix.
+        """
+        self.check_root()
+        problem = probe_writable(self.fs, self.path)
+        if problem:
+            raise HistoryError(
+                f"{self.root}: cannot write to the store ({problem}); make it writable, or "
+                f"point `store:` in evalsentry.yaml at a folder you can write to"
+            )
+
     def _root_problem(self) -> str | None:
         blocker = blocking_file(self.fs, self.path)
         if blocker is None:
@@ -432,7 +450,7 @@ class History:
             raise HistoryError(
                 f"cannot compact {table_name!r}: use {EVALUATIONS}, {METRICS}, {COMPARISONS} or {DRIFT}"
             )
-        self.check_root()
+        self.check_writable()
         folder = join(self.path, table_name)
         if not self.fs.exists(folder):
             return 0, 0

@@ -120,9 +120,7 @@ def gate_markdown(report: GateReport, *, include_slices: bool = True) -> str:
     if not shown:
         return "\n".join([*lines, "Nothing to compare yet."]) + "\n"
     lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += [
-        "| " + " | ".join(map(md_cell, row)) + " |" for row in comparison_rows(shown)
-    ]
+    lines += ["| " + " | ".join(map(md_cell, row)) + " |" for row in comparison_rows(shown)]
     return "\n".join(lines) + "\n"
 
 

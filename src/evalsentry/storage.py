@@ -161,6 +161,21 @@ def _mode_for(target: Path, *, exclusive: bool) -> int:
     return shared_mode()
 
 
+def probe_writable(fs: Any, folder: str) -> str | None:
+    """Why no file can be written in ``folder`` (made as needed), or None when one can.
+
+    A write that would fail after the work (a week's evaluations, a rendered report) is found
+    before it, by writing and removing an empty hidden file.
+    """
+    probe = f"{folder.rstrip('/')}/.evalsentry-probe-{uuid.uuid4().hex}"
+    try:
+        write_atomic(fs, probe, b"")
+        fs.rm_file(probe)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 def check_path_text(path: str | Path) -> str:
     """``path`` as text every record can hold; a name that is not valid UTF-8 is refused.
 

@@ -19,6 +19,7 @@ from evalsentry.config import load_config
 from evalsentry.evalsets import load_evalset
 from evalsentry.history import History
 from evalsentry.pipeline import Target, evaluate_checkpoint, record
+from tests.conftest import make_read_only
 from tests.models import TRUSTED_YAML
 from tests.synthetic import accuracy_mask, record_week
 from tests.unit.test_evalsets import edit
@@ -132,11 +133,7 @@ class TestGateCommand:
             ("--markdown", "blocker/summary.md"),
             ("--junit", "blocker/ci/gate.xml"),
             ("--junit", "reports"),
-            pytest.param(
-                "--junit",
-                "read-only/gate.xml",
-                marks=pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere"),
-            ),
+            ("--junit", "read-only/gate.xml"),
         ],
     )
     def test_unwritable_output_is_one_line_and_exit_2(
@@ -146,7 +143,15 @@ class TestGateCommand:
         drop_weeks(project)  # a regression (exit 1) is outranked by the unusable path
         (project / "blocker").write_text("a file, not a folder")
         (project / "reports").mkdir()
-        (project / "read-only").mkdir(mode=0o555)
+        undo = make_read_only(project / "read-only")
+        try:
+            self._refused(project, capsys, option, where)
+        finally:
+            undo()
+
+    def _refused(
+        self, project: Path, capsys: pytest.CaptureFixture[str], option: str, where: str
+    ) -> None:
         before = sorted(p.name for p in project.rglob("*"))
         assert main(["gate", "--config", config(project), option, str(project / where)]) == 2
         out, err = capsys.readouterr()

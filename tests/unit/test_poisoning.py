@@ -356,3 +356,65 @@ class TestOddText:
         assert "model-\\xff.pt: the file name is not valid UTF-8 text; rename the file" in err
         assert err.count("\n") == 1
         assert main(["registry", "list"]) == 0
+
+
+class TestUnwritable:
+    @pytest.mark.parametrize(
+        "argv",
+        [
+            ["run"],
+            ["evaluate", "--checkpoint", "CKPT", "--model", "m", "--new-model"],
+            ["history", "compact"],
+        ],
+        ids=["run", "evaluate", "history compact"],
+    )
+    def test_69_a_store_that_cannot_be_written_stops_every_writer_before_work(
+        self,
+        tmp_path: Path,
+        tiny_checkpoint: Path,
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+        argv: list[str],
+    ) -> None:
+        """69: a read-only store: one line naming it, exit 2, before anything is evaluated."""
+        from evalsentry.cli import main
+        from tests.conftest import make_read_only
+        from tests.models import TRUSTED_YAML
+
+        (tmp_path / "evalsentry.yaml").write_text("store: store\n" + TRUSTED_YAML)
+        monkeypatch.chdir(tmp_path)
+        undo = make_read_only(tmp_path / "store")
+        try:
+            code = main([str(tiny_checkpoint) if a == "CKPT" else a for a in argv])
+        finally:
+            undo()
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+        assert f"{tmp_path / 'store'}: cannot write to the store (" in err
+
+    @pytest.mark.parametrize("where", ["read-only/week.html", "a-folder"])
+    def test_69_report_out_that_cannot_be_written_is_one_line(
+        self,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+        where: str,
+    ) -> None:
+        """69: `report --out` into a read-only folder, or onto a folder: one line, exit 2."""
+        from evalsentry.cli import main
+        from evalsentry.history import History
+        from tests.conftest import make_read_only
+        from tests.synthetic import accuracy_mask, record_week
+
+        (tmp_path / "evalsentry.yaml").write_text("store: store\n")
+        record_week(History(str(tmp_path / "store")), "2026-W40", accuracy_mask(200, 0.9))
+        (tmp_path / "a-folder").mkdir()
+        monkeypatch.chdir(tmp_path)
+        undo = make_read_only(tmp_path / "read-only")
+        try:
+            code = main(["report", "--out", str(tmp_path / where)])
+        finally:
+            undo()
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+        assert f"--out {tmp_path / where}: cannot write the report there (" in err

@@ -188,10 +188,20 @@ def report(
     from evalsentry.bill import lifetime
     from evalsentry.gate import gate_week
     from evalsentry.html_report import render_report
-    from evalsentry.storage import filesystem, join, write_atomic
+    from evalsentry.storage import filesystem, join, probe_writable, write_atomic
     from evalsentry.weeks import check_week
 
     settings, store = ci.project(config)
+    fs, root = filesystem(str(out.resolve()) if out is not None else settings.store_url)
+    where = root if out is not None else join(root, "reports")
+    folder = where.rsplit("/", 1)[0] if out is not None else where
+    problem = "a folder stands there" if out is not None and out.is_dir() else None
+    problem = problem or probe_writable(fs, folder)  # before the report is rendered, not after
+    if problem:
+        raise UsageError(
+            f"{f'--out {out}' if out is not None else where}: cannot write the report there "
+            f"({problem}); give a file path in a folder you can write to"
+        )
     gated = gate_week(
         store,
         check_week(week) if week is not None else None,
@@ -200,15 +210,12 @@ def report(
     )
     week = gated.week
     html = render_report(store, gated, bill=lifetime(store, settings, until=week))
-    if out is not None:
-        out.write_text(html, encoding="utf-8")
-        target = str(out)
-    else:
-        fs, root = filesystem(settings.store_url)
-        path = join(root, "reports", f"weekly-eval-{week}.html")
+    path = where if out is not None else join(where, f"weekly-eval-{week}.html")
+    try:
         write_atomic(fs, path, html.encode())
-        target = fs.unstrip_protocol(path)
-    typer.echo(f"report {week}: {target}")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
+    typer.echo(f"report {week}: {fs.unstrip_protocol(path) if out is None else out}")
 
 
 @baseline_app.command("set")

@@ -69,7 +69,7 @@ def _something_to_evaluate(
     from evalsentry.weeks import iso_week
 
     history = History(settings.store_url)
-    history.check_root()
+    history.check_writable()  # before any server starts or any model runs
     available = list_evalsets(settings.evalsets_dir)
     for name in evalsets or ():
         if name not in available:
