@@ -11,7 +11,7 @@ from evalsentry.candidate import CandidateNotEvaluated, CandidateSteps, candidat
 from evalsentry.candidate import evaluate_candidate as evaluate_candidate_
 from evalsentry.config import load_config
 from evalsentry.errors import UsageError
-from evalsentry.flows.runs import RUN_ID_CHARS, fail, short_id
+from evalsentry.flows.runs import RUN_ID_CHARS, fail, quiet_domain_errors, short_id
 from evalsentry.history import History
 from evalsentry.names import check_name
 from evalsentry.storage import sha256_file
@@ -54,6 +54,7 @@ def evaluate_candidate(
         config_path: The project's evalsentry.yaml, relative to the run's working directory.
     """
     logger = get_run_logger()
+    quiet_domain_errors()
     settings = load_config(config_path)
     check_name("model", model)
     history = History(settings.store_url)

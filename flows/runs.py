@@ -27,6 +27,8 @@ from prefect.client.schemas.objects import State
 from prefect.exceptions import FailedRun
 from prefect.states import Failed
 
+from evalsentry.errors import EvalsentryError
+
 RUN_ID_CHARS = 6  # of the flow run id, in run and report file names: unique enough per week
 ENGINE_LOGGERS = ("prefect.flow_runs", "prefect.engine")
 SEPARATOR = " | "  # joins the headline and the details into one line for the state message
@@ -52,6 +54,31 @@ class VerdictIsNotACrash(logging.Filter):
 
 
 _FILTER = VerdictIsNotACrash()
+
+
+class DomainErrorIsOneLine(logging.Filter):
+    """A task that refused unusable input logs one line, its reason, and no traceback.
+
+    A task raising an evalsentry error (a tampered evalset, an unusable store) is reporting a
+    fact about the input, already worded for a person; the engine's traceback of it would bury
+    the reason under frames of evalsentry and Prefect. Any other exception keeps its traceback.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Strip the traceback from a record of an evalsentry error; keep every record."""
+        if record.exc_info and isinstance(record.exc_info[1], EvalsentryError):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+_ONE_LINE = DomainErrorIsOneLine()
+
+
+def quiet_domain_errors() -> None:
+    """Install :class:`DomainErrorIsOneLine` on Prefect's task-run logger (once)."""
+    target = logging.getLogger("prefect.task_runs")
+    if _ONE_LINE not in target.filters:
+        target.addFilter(_ONE_LINE)
 
 
 def fail(headline: str, details: Sequence[str]) -> State:

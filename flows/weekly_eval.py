@@ -22,7 +22,7 @@ from evalsentry.errors import (
 )
 from evalsentry.evalsets import Evalset, list_evalsets
 from evalsentry.flows.dask_cluster import dask_runner
-from evalsentry.flows.runs import RUN_ID_CHARS, fail, short_id
+from evalsentry.flows.runs import RUN_ID_CHARS, fail, quiet_domain_errors, short_id
 from evalsentry.gate import GateReport, Verdict
 from evalsentry.history import History
 from evalsentry.isolation import prestart
@@ -293,6 +293,7 @@ def weekly_eval(
     Args:
         config_path: The project's evalsentry.yaml, relative to the run's working directory.
     """
+    quiet_domain_errors()
     settings = load_config(config_path)
     week = resolve_week(week)
     try:

@@ -32,7 +32,6 @@ README gives it for DuckDB and pandas):
 
 from __future__ import annotations
 
-import errno
 import io
 import json
 import logging
@@ -297,11 +296,19 @@ class History:
     def _write(self, path: str, table: pa.Table) -> None:
         buffer = io.BytesIO()
         pq.write_table(table, buffer, compression="zstd")
+        data = buffer.getvalue()
         try:
-            if not write_atomic(self.fs, path, buffer.getvalue(), exclusive=True):
-                # Names are unique, so only a store that refuses the name gets here (fsspec's
-                # memory store, say, under a file named like the root): never a silent loss.
-                raise FileExistsError(errno.EEXIST, "the store refused a new file name")
+            if write_atomic(self.fs, path, data, exclusive=True):
+                return
+            # The name is taken. A retry of this very write (a task retried after a later step
+            # failed) finds its own file: the same bytes, already done. Anything else under
+            # the name is refused, never replaced.
+            if self.fs.cat_file(path) == data:
+                return
+            raise HistoryError(
+                f"{self._where(path)}: already holds other content; this run was not committed, "
+                "earlier rows are intact"
+            )
         except OSError as exc:
             problem = self._root_problem()
             if problem:  # name the store, the thing to fix, not the file under it

@@ -5,9 +5,11 @@ Numbers refer to the "What happens when..." table in the README.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -66,3 +68,50 @@ def test_59_a_model_editing_its_input_in_place_changes_no_other_result(
     same = history.predictions(str(rows.loc["toy-model", "evaluation_id"]))
     assert good is not None and same is not None
     assert np.array_equal(good["prediction"], same["prediction"])
+
+
+def test_70_a_history_write_retried_after_a_failure_resumes(
+    toy_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """70: the store refuses the metrics file once, after the predictions file was written.
+
+    The write-history task's retry finds its own predictions file and resumes: the week is
+    recorded once, and nothing says the store refused a name.
+    """
+    import evalsentry.history as history_module
+
+    real = history_module.write_atomic
+    refused: list[str] = []
+
+    def flaky(fs: object, path: str, data: bytes, **kwargs: object) -> bool:
+        if "/metrics/" in path and not refused:
+            refused.append(path)
+            raise OSError(errno.EIO, "Input/output error")
+        return real(fs, path, data, **kwargs)
+
+    monkeypatch.setattr(history_module, "write_atomic", flaky)
+    state = weekly_eval(week=WEEK, config_path=str(toy_project), return_state=True)
+    assert refused and state.is_completed(), state.message
+    history = History(load_config(toy_project).store_url)
+    rows = history.evaluations(include_superseded=True)
+    assert len(rows) == 1 and rows["status"].tolist() == ["ok"]
+    assert history.predictions(str(rows["evaluation_id"].iloc[0])) is not None
+
+
+def test_71_a_tampered_evalset_is_one_line_in_the_run_log(
+    toy_project: Path, toy_evalset: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """71: the check that refuses a tampered evalset logs its reason, and no traceback."""
+    import logging
+
+    data = toy_evalset / "data" / "part-000.parquet"
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 3] ^= 0x01
+    data.write_bytes(bytes(raw))
+    with caplog.at_level(logging.INFO):
+        state = weekly_eval(week=WEEK, config_path=str(toy_project), return_state=True)
+    assert state.is_failed()
+    refused = [r for r in caplog.records if "changed since freeze" in r.getMessage()]
+    assert refused, "the reason is logged"
+    assert all(r.exc_info is None and not r.exc_text for r in refused)
+    assert "Traceback" not in caplog.text
