@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -122,6 +124,11 @@ def record_week(
         [row], rows, {evaluation_id: cols} if status == "ok" and store_predictions else None
     )
     return evaluation_id
+
+
+def pre_ledger(store: str | Path) -> None:
+    """Make the history at ``store`` one written before the ledger: every file, none recorded."""
+    shutil.rmtree(Path(store) / "ledger")
 
 
 def accuracy_mask(n: int, accuracy: float, seed: int = 0) -> np.ndarray:

@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evalsentry.errors import HistoryError
+from evalsentry.ledger import Ledger, Published
 from evalsentry.names import (
     CANDIDATE_CHECK,
     NO_EVALSET,
@@ -246,6 +247,7 @@ class History:
     def __init__(self, root: str) -> None:
         self.root = root
         self.fs, self.path = filesystem(root)
+        self.ledger = Ledger(self.fs, self.path, self._where)
 
     def check_root(self) -> None:
         """Refuse a store whose root is not a folder and cannot become one (a file in the way).
@@ -266,7 +268,8 @@ class History:
         """Refuse a store that cannot be written, before any work is done.
 
         What ``check_root`` refuses, and a folder the process may not write in (a read-only
-        mount, another user's folder). Writes and removes an empty hidden file (and makes the store's folder if needed).
+        mount, another user's folder). Writes and removes an empty hidden file (and makes the
+        store's folder if needed).
 
         Raises:
             HistoryError: naming the store, why, and the fix.
@@ -293,18 +296,19 @@ class History:
 
     # --- writing ------------------------------------------------------------------------------
 
-    def _write(self, path: str, table: pa.Table) -> None:
+    def _write(self, path: str, table: pa.Table) -> Published:
+        """Publish ``table`` at the new name ``path``; what the ledger will record of it."""
         buffer = io.BytesIO()
         pq.write_table(table, buffer, compression="zstd")
         data = buffer.getvalue()
         try:
             if write_atomic(self.fs, path, data, exclusive=True):
-                return
+                return self.ledger.published(path, data)
             # The name is taken. A retry of this very write (a task retried after a later step
             # failed) finds its own file: the same bytes, already done. Anything else under
             # the name is refused, never replaced.
             if self.fs.cat_file(path) == data:
-                return
+                return self.ledger.published(path, data)
             raise HistoryError(
                 f"{self._where(path)}: already holds other content; this run was not committed, "
                 "earlier rows are intact"
@@ -321,8 +325,30 @@ class History:
                 "this run was not committed, earlier rows are intact"
             ) from None
 
-    def _publish(self, table_name: str, table: pa.Table, stem: str) -> None:
-        self._write(join(self.path, table_name, unique_name(stem, ".parquet")), table)
+    def _publish(self, table_name: str, table: pa.Table, stem: str) -> Published:
+        return self._write(join(self.path, table_name, unique_name(stem, ".parquet")), table)
+
+    def _commit(
+        self, published: Sequence[Published], run_id: str, removed: Sequence[str] = ()
+    ) -> None:
+        """Commit written files with one ledger file; a history without a ledger adopts its files.
+
+        Adoption records every file an earlier evalsentry published, as it is now, so that from
+        then on a missing or changed one is found.
+        """
+        adopted = [] if self.ledger.exists() else self._adoptable()
+        self.ledger.record(published, run_id, removed=removed, adopted=adopted)
+
+    def _adoptable(self) -> list[Published]:
+        """The files of a history written before the ledger existed (each one hashed)."""
+        found = []
+        for table in (*SCHEMAS, PREDICTIONS):
+            folder = join(self.path, table)
+            if not self.fs.exists(folder):
+                continue
+            for path in self._folder_files(folder):
+                found.append(self.ledger.published(path, self.fs.cat_file(path)))
+        return found
 
     def append(
         self,
@@ -333,11 +359,11 @@ class History:
         stages: Collection[str] = WEEKLY_STAGES,
         retire: Sequence[str] = (),
     ) -> None:
-        """Append one run's rows: predictions, then metrics, then the committing evaluations file.
+        """Append one run's rows: predictions, metrics, evaluations, then the committing ledger file.
 
         Each evaluation row gets its ``supersedes`` (for a weekly run evaluating ``stages``) and
         each metric row its evaluation's version, stage and kind; ``retire`` (rows of lines the
-        run's week no longer has) is listed by the first row. A crash before the last write
+        run's week no longer has) is listed by the first row. A crash before the ledger file
         leaves files no reader looks at; a crash during a write leaves only a hidden temporary
         file.
         """
@@ -352,11 +378,14 @@ class History:
             {**{k: owner[str(m["evaluation_id"])].get(k) for k in METRIC_OWNER}, **m}
             for m in metrics
         ]
-        for evaluation_id, columns in (predictions or {}).items():
+        published = [
             self.write_predictions(evaluation_id, columns)
+            for evaluation_id, columns in (predictions or {}).items()
+        ]
         if metrics:
-            self._publish(METRICS, _table(metrics, METRICS_SCHEMA), run_id)
-        self._publish(EVALUATIONS, _table(rows, EVALUATIONS_SCHEMA), run_id)
+            published.append(self._publish(METRICS, _table(metrics, METRICS_SCHEMA), run_id))
+        published.append(self._publish(EVALUATIONS, _table(rows, EVALUATIONS_SCHEMA), run_id))
+        self._commit(published, run_id)
         log.info(
             "history: appended %d evaluation(s), %d metric row(s)", len(evaluations), len(metrics)
         )
@@ -408,22 +437,25 @@ class History:
             out.append([str(i) for i in ids])
         return out
 
-    def write_predictions(self, evaluation_id: str, columns: Mapping[str, np.ndarray]) -> None:
-        """Store one evaluation's per-example outputs."""
+    def write_predictions(self, evaluation_id: str, columns: Mapping[str, np.ndarray]) -> Published:
+        """Write one evaluation's per-example outputs (committed by the caller's ledger file)."""
         check_name("evaluation id", evaluation_id)
-        self._write(
+        return self._write(
             join(self.path, PREDICTIONS, f"{evaluation_id}.parquet"), pa.table(dict(columns))
         )
 
     def append_comparisons(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Store the gate's verdicts for audit and reports."""
         if rows:
-            self._publish(COMPARISONS, _table(rows, COMPARISONS_SCHEMA), str(rows[0]["run_id"]))
+            run_id = str(rows[0]["run_id"])
+            table = _table(rows, COMPARISONS_SCHEMA)
+            self._commit([self._publish(COMPARISONS, table, run_id)], run_id)
 
     def append_drift(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Store live-data drift results."""
         if rows:
-            self._publish(DRIFT, _table(rows, DRIFT_SCHEMA), str(rows[0]["run_id"]))
+            run_id = str(rows[0]["run_id"])
+            self._commit([self._publish(DRIFT, _table(rows, DRIFT_SCHEMA), run_id)], run_id)
 
     def drift(self, weeks: Iterable[str] | None = None) -> pd.DataFrame:
         """Drift results, newest run per week."""
@@ -459,11 +491,14 @@ class History:
             )
         self.check_writable()
         folder = join(self.path, table_name)
-        if not self.fs.exists(folder):
-            return 0, 0
         files = self._files(folder)
         if len(files) < 2:
             return len(files), 0
+        for file in files:  # a file not as published is never merged into the new one
+            try:
+                self.ledger.verify(file)
+            except HistoryError as exc:
+                raise HistoryError(f"{exc}; the table was not compacted") from None
         schema = SCHEMAS[table_name]
         rows = self._rows_to_compact(files, schema)
         try:
@@ -486,8 +521,9 @@ class History:
         buffer = io.BytesIO()
         pq.write_table(table, buffer, compression="zstd", row_group_size=COMPACT_ROW_GROUP)
         target = join(folder, unique_name("compact", ".parquet"))
+        data = buffer.getvalue()
         try:
-            write_atomic(self.fs, target, buffer.getvalue(), exclusive=True)
+            write_atomic(self.fs, target, data, exclusive=True)
             written = self._metadata(target).num_rows
         except _UNREADABLE as exc:
             raise HistoryError(
@@ -500,6 +536,9 @@ class History:
                 f"{self._where(folder)}: the merged file holds {written} rows, the files {rows}; "
                 "the table was not compacted, each of its files is kept"
             )
+        # The ledger says it first: the merged file is published, the small ones removed. A
+        # crash after it leaves files no reader looks at; before it, the small ones stay live.
+        self._commit([self.ledger.published(target, data)], "compact", removed=files)
         self._remove_merged(files)
         log.info("compacted %s: %d files, %d rows", table_name, len(files), len(table))
         return len(files), len(table)
@@ -578,11 +617,21 @@ class History:
 
         folder = join(self.path, table_name)
         schema = SCHEMAS[table_name]
-        if not self.fs.exists(folder):
+        if self.ledger.exists():
+            # What the history published, each file checked: a missing or changed one is
+            # refused by name, never read around.
+            source: Any = self.ledger.files(table_name)
+            for file in source:
+                self.ledger.verify(file)
+            if not source:
+                return schema.empty_table()
+        elif not self.fs.exists(folder):
             self.check_root()  # a store that is a file reads as empty; say so instead
             return schema.empty_table()
+        else:
+            source = folder  # a history written before the ledger: every file in the folder
         try:
-            dataset = ds.dataset(folder, format="parquet", filesystem=self.fs, schema=schema)
+            dataset = ds.dataset(source, format="parquet", filesystem=self.fs, schema=schema)
             return dataset.to_table(filter=filter_, columns=list(columns) if columns else None)
         except _UNREADABLE as exc:
             if self.fs.isfile(folder):
@@ -599,7 +648,15 @@ class History:
             ) from None
 
     def _files(self, folder: str) -> list[str]:
-        """The table's data files: what a dataset reads (hidden and ``_`` names are not)."""
+        """The table's data files: the ledger's live ones, else every file of its folder."""
+        if self.ledger.exists():
+            return self.ledger.files(folder.rsplit("/", 1)[-1])
+        if not self.fs.exists(folder):
+            return []
+        return self._folder_files(folder)
+
+    def _folder_files(self, folder: str) -> list[str]:
+        """Every data file in ``folder``: what a dataset reads (hidden and ``_`` names are not)."""
         return sorted(
             f
             for f in self.fs.ls(folder, detail=False)
@@ -694,7 +751,11 @@ class History:
         """Per-example outputs of one evaluation, or None when they were never stored."""
         check_name("evaluation id", evaluation_id)
         path = join(self.path, PREDICTIONS, f"{evaluation_id}.parquet")
-        if not self.fs.exists(path):
+        if self.ledger.exists():
+            if self.ledger.entry(path) is None:
+                return None  # never published (or its run never committed)
+            self.ledger.verify(path)  # missing or changed since published: refused by name
+        elif not self.fs.exists(path):
             return None
         try:
             with self.fs.open(path, "rb") as handle:

@@ -9,6 +9,7 @@ there, with no rename; a name that must not exist yet is claimed with a conditio
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -168,12 +169,29 @@ def probe_writable(fs: Any, folder: str) -> str | None:
     before it, by writing and removing an empty hidden file.
     """
     probe = f"{folder.rstrip('/')}/.evalsentry-probe-{uuid.uuid4().hex}"
+    made = _missing_folders(fs, folder)
     try:
         write_atomic(fs, probe, b"")
         fs.rm_file(probe)
     except OSError as exc:
         return exc.strerror or str(exc)
+    finally:
+        for path in made:  # leave no folder behind that did not exist: nothing half-made
+            with contextlib.suppress(OSError):
+                Path(path).rmdir()
     return None
+
+
+def _missing_folders(fs: Any, folder: str) -> list[Path]:
+    """The local folders a write into ``folder`` would create, deepest first."""
+    if not is_local(fs):
+        return []
+    missing = []
+    for candidate in (Path(folder), *Path(folder).parents):
+        if candidate.exists():
+            break
+        missing.append(candidate)
+    return missing
 
 
 def check_path_text(path: str | Path) -> str:

@@ -18,7 +18,7 @@ import yaml
 
 from evalsentry.history import EVALUATIONS_SCHEMA, History
 from tests.models import TRUST, TRUSTED_YAML, Marker, TinyNet
-from tests.synthetic import accuracy_mask, record_week
+from tests.synthetic import accuracy_mask, pre_ledger, record_week
 from tests.unit.test_cli_registry import run_cli
 
 
@@ -130,8 +130,11 @@ class TestF12MalformedDocuments:
     def test_history_file(self, project: Path) -> None:
         """A damaged history file is named, with what to do."""
         record_week(History(str(project / "store")), "2026-W40", accuracy_mask(100, 0.9))
-        (project / "store" / "evaluations" / "damaged.parquet").write_bytes(b"PAR1garbage")
-        assert "move the damaged file aside" in one_line_error(run_cli("gate", cwd=project))
+        damaged = next((project / "store" / "evaluations").glob("*.parquet"))
+        damaged.write_bytes(b"PAR1garbage")
+        error = one_line_error(run_cli("gate", cwd=project))
+        assert f"{damaged}: changed since the history published it" in error
+        assert f"evalsentry history forget {damaged}" in error
 
 
 @pytest.mark.parametrize(
@@ -183,6 +186,7 @@ def test_f15_older_schema_reads_and_newer_schema_is_refused(project: Path) -> No
     """15: a file of an older schema (fewer columns) reads; one of a newer schema asks to upgrade."""
     history = History(str(project / "store"))
     record_week(history, "2026-W40", accuracy_mask(100, 0.9))
+    pre_ledger(project / "store")  # written before the ledger: the files as they are count
     old = pq.read_table(next((project / "store" / "evaluations").glob("*.parquet")))
     legacy = old.drop_columns(["cuda_version", "driver_version", "validation_json"])
     legacy = legacy.set_column(0, "schema_version", pa.array([0] * len(legacy), pa.int32()))
@@ -241,7 +245,8 @@ def test_f30_damaged_predictions_file_is_named(
     left = truncate(damaged)
     before = files_under(project / "store")
     err = cli_error(capsys, command, "--config", str(project / "evalsentry.yaml"))
-    assert f"{damaged}: damaged predictions file" in err and "move the damaged file aside" in err
+    assert f"{damaged}: changed since the history published it" in err
+    assert f"evalsentry history forget {damaged}" in err
     assert damaged.read_bytes() == left
     assert {k: v for k, v in files_under(project / "store").items() if "reports" not in k} == before
 
@@ -258,7 +263,7 @@ def test_f31_compaction_stops_at_a_damaged_file_and_keeps_every_file(
     truncate(damaged)
     before = files_under(metrics)
     err = cli_error(capsys, "history", "compact", "--config", str(project / "evalsentry.yaml"))
-    assert f"{damaged}: damaged history file" in err and "not compacted" in err
+    assert f"{damaged}: changed since the history published it" in err and "not compacted" in err
     assert files_under(metrics) == before  # no merged file, no temporary file, nothing removed
     # The tables compacted before it hold every row.
     assert len(history.evaluations(include_superseded=True)) == 3

@@ -19,7 +19,7 @@ from evalsentry.errors import HistoryError
 from evalsentry.history import SCHEMA_VERSION, History
 from evalsentry.names import CANDIDATE_CHECK, RUN_KINDS, STAGES, WEEKLY_RUN
 from evalsentry.weeks import iso_week
-from tests.synthetic import accuracy_mask, record_week
+from tests.synthetic import accuracy_mask, pre_ledger, record_week
 
 N = 200
 
@@ -102,20 +102,30 @@ class TestAppendOnly:
         record_week(history, "2026-W41", accuracy_mask(N, 0.9))
         assert all(p.read_bytes() == data for p, data in before.items())
 
-    def test_metrics_without_their_evaluation_row_are_never_read(self, store: Path) -> None:
-        """A run that died before committing its evaluations file leaves nothing in the view."""
+    def test_files_without_their_ledger_file_are_never_read(
+        self, store: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A run that died before its ledger file (the commit) leaves nothing in the view."""
+        from evalsentry.ledger import Ledger
+
         history = History(str(store))
-        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
-        for evaluations_file in (store / "evaluations").glob("*.parquet"):
-            evaluations_file.unlink()
-        assert history.evaluations().empty
+        kept = record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+
+        def die(*args: object, **kwargs: object) -> None:
+            raise SystemExit("killed before the commit")
+
+        monkeypatch.setattr(Ledger, "record", die)
+        with pytest.raises(SystemExit):
+            record_week(History(str(store)), "2026-W41", accuracy_mask(N, 0.8))
+        assert len(list((store / "evaluations").glob("*.parquet"))) == 2  # written, uncommitted
+        assert History(str(store)).evaluations()["evaluation_id"].tolist() == [kept]
 
 
 WRITER = textwrap.dedent(
     """
     import sys
     from evalsentry.history import History
-    from tests.synthetic import accuracy_mask, record_week
+    from tests.synthetic import accuracy_mask, pre_ledger, record_week
     history = History(sys.argv[1])
     for i in range(int(sys.argv[3])):
         record_week(history, sys.argv[2], accuracy_mask(50, 0.9, seed=i), model=f"m{i}")
@@ -127,7 +137,7 @@ STALLED_WRITER = textwrap.dedent(
     import os, sys, time
     import evalsentry.storage as storage
     from evalsentry.history import History
-    from tests.synthetic import accuracy_mask, record_week
+    from tests.synthetic import accuracy_mask, pre_ledger, record_week
     def stall(fd):
         print("writing", flush=True)
         time.sleep(120)
@@ -207,9 +217,10 @@ class TestBaselines:
         assert history.baseline_week("m") == "2026-W40"
 
     def test_damaged_history_file_is_a_clear_error(self, store: Path) -> None:
-        """A corrupt Parquet file names the folder and what to do."""
+        """A corrupt Parquet file of a history written before the ledger names what to do."""
         history = History(str(store))
         record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        pre_ledger(store)
         (store / "evaluations" / "broken.parquet").write_bytes(b"PAR1 not really")
         with pytest.raises(HistoryError, match="move the damaged file aside"):
             history.evaluations()
@@ -282,9 +293,10 @@ class TestWeekOrder:
 
 class TestDamagedAndMisplacedStore:
     def test_damaged_file_is_named_not_only_its_folder(self, store: Path) -> None:
-        """A truncated metrics file is named itself, so the user knows which one to move aside."""
+        """A truncated metrics file (no ledger) is named itself, to know which one to move aside."""
         history = History(str(store))
         evaluation_id = record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        pre_ledger(store)
         damaged = next((store / "metrics").glob("*.parquet"))
         damaged.write_bytes(damaged.read_bytes()[:100])
         with pytest.raises(
@@ -293,9 +305,10 @@ class TestDamagedAndMisplacedStore:
             history.metrics([evaluation_id])
 
     def test_damaged_predictions_file_is_named(self, store: Path) -> None:
-        """A truncated predictions file is a HistoryError naming it, and stays as it is."""
+        """A truncated predictions file (no ledger) is a HistoryError naming it, kept as it is."""
         history = History(str(store))
         evaluation_id = record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        pre_ledger(store)
         damaged = store / "predictions" / f"{evaluation_id}.parquet"
         damaged.write_bytes(b"PAR1 cut short")
         with pytest.raises(
@@ -312,6 +325,7 @@ class TestDamagedAndMisplacedStore:
         history = History(str(store))
         record_week(history, "2026-W40", accuracy_mask(N, 0.9))
         record_week(history, "2026-W41", accuracy_mask(N, 0.9))
+        pre_ledger(store)  # a file placed by hand counts only where no ledger says otherwise
         newer = pq.read_table(next((store / "evaluations").glob("*.parquet")))
         newer = newer.append_column("gpu_hours", pa.array([1.0]))
         pq.write_table(newer, store / "evaluations" / "newer.parquet")

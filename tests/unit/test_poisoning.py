@@ -418,3 +418,86 @@ class TestUnwritable:
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
         assert f"--out {tmp_path / where}: cannot write the report there (" in err
+
+
+class TestPublishedFiles:
+    @pytest.fixture
+    def weeks(self, tmp_path: Path) -> Path:
+        """A project whose history holds two weeks of one line."""
+        from evalsentry.history import History
+        from tests.synthetic import accuracy_mask, record_week
+
+        (tmp_path / "evalsentry.yaml").write_text("store: store\n")
+        history = History(str(tmp_path / "store"))
+        record_week(history, "2026-W40", accuracy_mask(400, 0.9))
+        record_week(history, "2026-W41", accuracy_mask(400, 0.88, seed=1))
+        return tmp_path
+
+    def test_72_any_flipped_byte_of_a_predictions_file_is_one_line_naming_it(
+        self, weeks: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """72: 25 single-byte flips across a predictions file: each is exit 2, never other numbers."""
+        import numpy as np
+
+        from evalsentry.cli import main
+
+        path = next((weeks / "store" / "predictions").glob("*.parquet"))
+        original = path.read_bytes()
+        config = ["--config", str(weeks / "evalsentry.yaml")]
+        for offset in np.random.default_rng(0).choice(len(original), 25, replace=False):
+            flipped = bytearray(original)
+            flipped[int(offset)] ^= 0x10
+            path.write_bytes(bytes(flipped))
+            assert main(["gate", "--week", "2026-W41", *config]) == 2, offset
+            err = capsys.readouterr().err
+            assert f"{path}: changed since the history published it" in err
+            assert err.count("\n") == 1 and "Traceback" not in err
+        path.write_bytes(original)
+        assert main(["gate", "--week", "2026-W41", *config]) != 2
+
+    @pytest.mark.parametrize("week", [[], ["--week", "2026-W41"]], ids=["latest", "named"])
+    def test_73_a_deleted_week_is_an_error_naming_its_file(
+        self, weeks: Path, capsys: pytest.CaptureFixture[str], week: list[str]
+    ) -> None:
+        """73: the latest week's evaluations file deleted: never the week before read as latest."""
+        from evalsentry.cli import main
+        from evalsentry.history import History
+
+        ledger = History(str(weeks / "store")).ledger
+        latest = max(ledger.files("evaluations"), key=lambda f: Path(f).stat().st_mtime)
+        Path(latest).unlink()
+        assert main(["gate", *week, "--config", str(weeks / "evalsentry.yaml")]) == 2
+        err = capsys.readouterr().err
+        assert f"{latest}: missing: the history published it" in err
+
+    def test_73_forget_drops_a_lost_file_so_the_rest_reads_again(
+        self, weeks: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """73: `history forget` records the loss; the gate then judges what is left."""
+        from evalsentry.cli import main
+        from evalsentry.history import History
+
+        config = ["--config", str(weeks / "evalsentry.yaml")]
+        ledger = History(str(weeks / "store")).ledger
+        latest = max(ledger.files("evaluations"), key=lambda f: Path(f).stat().st_mtime)
+        Path(latest).unlink()
+        assert main(["history", "forget", latest, *config]) == 0
+        assert "forgot evaluations/" in capsys.readouterr().out
+        assert main(["gate", *config]) == 0
+        assert "evalsentry gate 2026-W40: BASELINE" in capsys.readouterr().out
+
+    def test_74_a_history_written_before_the_ledger_is_adopted_on_its_next_write(
+        self, tmp_path: Path
+    ) -> None:
+        """74: the next write records every existing file; a file lost after that is found."""
+        from evalsentry.errors import HistoryError
+        from evalsentry.history import History
+        from tests.synthetic import accuracy_mask, pre_ledger, record_week
+
+        history = History(str(tmp_path / "store"))
+        old = record_week(history, "2026-W40", accuracy_mask(200, 0.9))
+        pre_ledger(tmp_path / "store")
+        record_week(History(str(tmp_path / "store")), "2026-W41", accuracy_mask(200, 0.9))
+        (tmp_path / "store" / "predictions" / f"{old}.parquet").unlink()
+        with pytest.raises(HistoryError, match=rf"{old}\.parquet: missing: the history published"):
+            History(str(tmp_path / "store")).predictions(old)

@@ -45,6 +45,24 @@ _forward("gate", ci.GATE_HELP, ci.GATE_EPILOG)
 _forward("evaluate", ci.EVALUATE_HELP, ci.EVALUATE_EPILOG)
 
 
+@history_app.command("forget")
+def history_forget(
+    file: Annotated[str, typer.Argument(help="A history file, as an error named it.")],
+    config: ConfigOption = None,
+) -> None:
+    """Drop a damaged or lost history file from the history; its rows leave every view.
+
+    For a file the history refuses (missing, or changed since it was published) when no backup
+    has it. The ledger records that it was dropped; run the week it held again.
+    """
+    from evalsentry.storage import filesystem
+
+    _, store = ci.project(config)
+    _, path = filesystem(file)
+    entry = store.ledger.forget(path)
+    typer.echo(f"forgot {entry.file} (sha256 {entry.sha256[:12]}); run the week it held again")
+
+
 @history_app.command("compact")
 def history_compact(config: ConfigOption = None) -> None:
     """Merge each history table's small files into one (no row is dropped)."""
@@ -56,6 +74,8 @@ def history_compact(config: ConfigOption = None) -> None:
             if rows
             else f"{table}: nothing to compact"
         )
+    merged = store.ledger.compact()
+    typer.echo(f"ledger: {merged} file(s) -> 1" if merged > 1 else "ledger: nothing to compact")
 
 
 def _last_weeks(evaluations: pd.DataFrame, weeks: int) -> pd.DataFrame:
