@@ -166,6 +166,8 @@ COMPARISONS_SCHEMA = pa.schema(
         ("drop_bound", pa.float64()),
         ("detectable_drop", pa.float64()),
         ("flip_delta", pa.float64()),
+        # Added with the margin test: "unresolved" or "possible-regression" for INCONCLUSIVE.
+        ("inconclusive_kind", pa.string()),
     ]
 )
 DRIFT = "drift"
