@@ -36,6 +36,7 @@ from evalsentry.pipeline import (
     check_bindings,
     new_run_id,
     pair_targets,
+    tolerance_warnings,
 )
 from evalsentry.tasks import events
 from evalsentry.tasks.drift import check_drift
@@ -93,6 +94,13 @@ def _verdict(report: GateReport, drifted: Sequence[DriftResult]) -> State:
         )
     failed: State = fail(headline, [c.describe() for c in report.problems] + drift)
     return failed
+
+
+def _warn(lines: Sequence[str]) -> None:
+    """Log each line as a warning of the flow run (one line each, nothing fails)."""
+    logger = get_run_logger()
+    for line in lines:
+        logger.warning(line)
 
 
 Job = tuple[Target, Evalset, dict[str, Any]]
@@ -275,6 +283,7 @@ def weekly_eval(
         check_bindings(settings, available)
     except ConfigError as exc:
         return fail(f"{week}: ERROR the config does not fit the evalsets", [str(exc)])
+    _warn(tolerance_warnings(settings, available))  # the run goes on
     pairs, unbound = pair_targets(targets, settings, available, evalsets)
     # A named evalset that does not exist is validated anyway: its ERROR says so.
     names = sorted({name for _, name in pairs} | set(evalsets or ()) - set(available))
