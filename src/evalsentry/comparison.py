@@ -350,7 +350,7 @@ def _inconclusive(m: Measurement, p_adjusted: float, alpha: float) -> tuple[Inco
 
 
 def _judge(
-    m: Measurement, p_adjusted: float, p_zero: float, level: float, alpha: float
+    m: Measurement, p_adjusted: float, p_zero: float, level: float, alpha: float, explain: bool
 ) -> Decision:
     if m.beyond and p_adjusted < alpha:
         return Decision(Verdict.FAIL, "drop significantly beyond tolerance", p_adjusted, None)
@@ -358,13 +358,15 @@ def _judge(
         if m.drop > 0 and p_zero < alpha:
             return Decision(Verdict.WARN, "significant drop within tolerance", p_adjusted, None)
         return Decision(Verdict.PASS, "", p_adjusted, None)
+    kind, why = _inconclusive(m, p_adjusted, alpha)
+    if not explain:
+        return Decision(Verdict.INCONCLUSIVE, why, p_adjusted, None, kind)
     detectable = detectable_of(m, level)
     can = (
         f"this evalset detects drops of about {detectable:.3f} or more"
         if detectable is not None
         else "this evalset is too small to detect a drop of this metric reliably"
     )
-    kind, why = _inconclusive(m, p_adjusted, alpha)
     return Decision(Verdict.INCONCLUSIVE, f"{why}; {can}", p_adjusted, detectable, kind)
 
 
@@ -390,7 +392,9 @@ def _adjusted(
     return adjusted, levels
 
 
-def decide(measured: Sequence[Measurement], policy: GatePolicy) -> list[Decision]:
+def decide(
+    measured: Sequence[Measurement], policy: GatePolicy, *, explain: bool = True
+) -> list[Decision]:
     """Correct each family of one comparison and judge every measurement.
 
     The gating family is corrected together (primary-first Westfall-Young on the shared swaps,
@@ -399,6 +403,12 @@ def decide(measured: Sequence[Measurement], policy: GatePolicy) -> list[Decision
     Their joint null is the same, read from the swaps: shifted to the tolerance, the drops
     spread as they do around no change.
 
+    Args:
+        measured: The measurements of one comparison.
+        policy: Alpha, the primary metric, the secondaries' share.
+        explain: Whether an INCONCLUSIVE states the drop this evalset detects, the costliest
+            part of a decision; a simulation of the verdicts alone may leave it out.
+
     Returns:
         One decision per measurement, in the order given.
 
@@ -406,6 +416,6 @@ def decide(measured: Sequence[Measurement], policy: GatePolicy) -> list[Decision
     adjusted, levels = _adjusted(measured, [m.p_value for m in measured], policy)
     zero, _ = _adjusted(measured, [m.p_zero for m in measured], policy)
     return [
-        _judge(m, p, p0, level, policy.alpha)
+        _judge(m, p, p0, level, policy.alpha, explain)
         for m, p, p0, level in zip(measured, adjusted, zero, levels, strict=True)
     ]
