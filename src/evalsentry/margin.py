@@ -15,20 +15,27 @@ margin leaves one parameter free, the discordance ``d = p_b + p_c``, and the sea
 null reduces to it: at a fixed ``d`` that probability grows with the drop (z grows with the
 newly wrong examples at a fixed discordant count), so the worst case lies on the margin; below
 ``d = margin`` (where the margin would need ``p_c < 0``) the worst case is ``p_c = 0``, whose
-probability grows with ``d``. The search runs over ``d`` up to its ``1 - GAMMA`` upper
-confidence limit given the observed discordant count, and ``GAMMA`` is added to the p-value
-(Berger and Boos 1994, JASA 89:1012): still exact, and its cost grows with the discordant count,
-not with n.
+probability grows with ``d``.
+
+The search runs over a confidence interval of ``d`` given the observed discordant count, and
+the interval's error ``GAMMA`` is added to the p-value (Berger and Boos 1994, JASA 89:1012):
+still exact. Over all of ``d`` the worst case would be the corner where nothing is newly right,
+a world a retrain that changed 30 answers both ways does not live in; its few possible outcomes
+would make the p-values a few coarse steps, and a family correction of a few thousandths would
+then cost a whole step of power. The interval's lower limit (``GAMMA_LOW``, 0.001) keeps the
+p-values finely spaced, and is also their floor; its upper limit keeps the search's cost
+growing with the discordant count, not with n.
 
 The search is a grid over ``d``, spaced by ``0.3`` standard deviations of the discordant count
-and holding ``d = margin`` itself, where the largest probabilities sit. Between grid points the
-probability moves by far less than ``GRID_SLACK`` (checked against a much finer grid in the
+and holding ``d = margin`` itself, where the largest probabilities can sit. Between grid points
+the probability moves by far less than ``GRID_SLACK`` (checked against a much finer grid in the
 tests), and the p-value is raised by that factor.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from functools import lru_cache
 
@@ -41,8 +48,12 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 DEFAULT_POWER = 0.8
-#: Berger-Boos: the discordance is searched up to its 1 - GAMMA upper confidence limit.
-GAMMA = 1e-12
+#: Berger-Boos: the discordance is searched over its confidence interval given the discordant
+#: count, from the limit a count this large reaches with probability GAMMA_LOW to the one a
+#: count this small reaches with GAMMA_HIGH, and their sum is added to the p-value.
+GAMMA_LOW = 1e-3
+GAMMA_HIGH = 1e-12
+GAMMA = GAMMA_LOW + GAMMA_HIGH
 #: The p-value is raised by this factor for what lies between the grid's points.
 GRID_SLACK = 1.01
 # Grid spacing: this many standard deviations of the discordant count, and at least this many
@@ -144,7 +155,7 @@ class MarginTest:
         self.share = np.where(self.grid > 0.0, np.minimum(share, 1.0), 1.0)
         self._cells: tuple[IntArray, IntArray, FloatArray, IntArray] | None = None
         self._critical: dict[float, FloatArray] = {}
-        self._upper = np.zeros(0, np.int64)
+        self._limits = np.zeros((2, 0), np.int64)
 
     def _grid(self) -> FloatArray:
         """Discordances from the margin up to 1, spaced by a share of the count's spread."""
@@ -159,26 +170,45 @@ class MarginTest:
             points.append(min(mean, float(n)))
         return np.asarray(points, np.float64) / n
 
-    def upper_index(self, discordant: ArrayLike) -> IntArray:
-        """For each discordant count, the first grid point at or above its upper limit.
+    def window(self, discordant: ArrayLike) -> tuple[IntArray, IntArray]:
+        """For each discordant count, the grid points that cover its confidence interval.
 
-        The upper limit is the discordance at which a count this small has probability
-        ``GAMMA``; the grid up to and including that point covers the confidence interval.
-        Known counts are remembered: the power sums ask for the same ones again and again.
+        ``(first, last)``: the last grid point at or below the discordance at which a count
+        this large has probability ``GAMMA_LOW``, and the first at or above the one at which a
+        count this small has probability ``GAMMA_HIGH``. Known counts are remembered: the power
+        sums ask for the same ones again and again.
         """
         m = np.asarray(discordant, np.int64)
         top = int(m.max(initial=0))
-        if self._upper.size <= top:
-            wanted = np.arange(self._upper.size, max(top + 1, 2 * self._upper.size))
+        if self._limits.shape[1] <= top:
+            wanted = np.arange(self._limits.shape[1], max(top + 1, 2 * self._limits.shape[1]))
             wanted = wanted[wanted <= self.n]
-            low, high = np.zeros_like(wanted), np.full_like(wanted, self.grid.size - 1)
-            while (low < high).any():
-                middle = (low + high) // 2
-                beyond = binomial_tails(wanted, self.n, self.grid[middle])[0] < GAMMA
-                high = np.where(beyond, middle, high)
-                low = np.where(beyond, low, np.minimum(middle + 1, high))
-            self._upper = np.concatenate([self._upper, high])
-        return np.asarray(self._upper[m], np.int64)
+            # The first point at which the count is not implausibly large (P(M >= m) >= gamma),
+            # less one; and the first at which it is implausibly small (P(M <= m) < gamma).
+            plausible = self._first_point(
+                lambda d: binomial_tails(wanted - 1, self.n, d)[1] >= GAMMA_LOW, wanted.size
+            )
+            beyond = self._first_point(
+                lambda d: binomial_tails(wanted, self.n, d)[0] < GAMMA_HIGH, wanted.size
+            )
+            found = np.stack([np.maximum(plausible - 1, 0), beyond])
+            self._limits = np.concatenate([self._limits, found], axis=1)
+        return (
+            np.asarray(self._limits[0, m], np.int64),
+            np.asarray(self._limits[1, m], np.int64),
+        )
+
+    def _first_point(
+        self, reached: Callable[[FloatArray], NDArray[np.bool_]], size: int
+    ) -> IntArray:
+        """For ``size`` conditions that hold from some grid point on, that point (else the last)."""
+        low, high = np.zeros(size, np.int64), np.full(size, self.grid.size - 1, np.int64)
+        while (low < high).any():
+            middle = (low + high) // 2
+            holds = reached(self.grid[middle])
+            high = np.where(holds, middle, high)
+            low = np.where(holds, low, np.minimum(middle + 1, high))
+        return high
 
     def _cells_of(self, first: int, last: int) -> tuple[IntArray, IntArray, FloatArray]:
         """Grid points ``first..last`` with each plausible discordant count: (point, count, P)."""
@@ -210,8 +240,8 @@ class MarginTest:
         if self.margin >= 1.0:
             return 1.0
         z = float(tango_z(newly_wrong, newly_right, self.n, self.margin))
-        last = int(self.upper_index(newly_wrong + newly_right))
-        worst = float(self._tails(z, 0, last).max())
+        first, last = (int(i[0]) for i in self.window([newly_wrong + newly_right]))
+        worst = float(self._tails(z, first, last).max())
         return min(1.0, GRID_SLACK * worst + GAMMA)
 
     def _critical_upto(self, level: float, last: int) -> FloatArray:
@@ -238,11 +268,14 @@ class MarginTest:
         """For each discordant count, the fewest newly wrong examples the test rejects at.
 
         ``m + 1`` where no count rejects. The p-value is at most ``level`` exactly when the
-        observed z reaches every searched grid point's critical z.
+        observed z reaches the critical z of every grid point its interval searches.
         """
-        last = self.upper_index(discordant)
-        critical = np.maximum.accumulate(self._critical_upto(level, int(last.max(initial=0))))
-        return first_at_least(discordant, self.n, self.margin, critical[last])
+        first, last = self.window(discordant)
+        critical = self._critical_upto(level, int(last.max(initial=0)))
+        pairs = list(zip(first.tolist(), last.tolist(), strict=True))
+        spans = {(a, b): critical[a : b + 1].max() for a, b in set(pairs)}
+        worst = np.array([spans[pair] for pair in pairs])
+        return first_at_least(discordant, self.n, self.margin, worst)
 
     def power(self, newly_right_rate: float, drop: float, level: float) -> float:
         """Probability that the test rejects at ``level`` when the drop is ``drop``, exactly.

@@ -159,18 +159,23 @@ class TestFamilies:
         )
         assert failed <= stats.binom.isf(1e-3, trials, 0.05)
 
-    def test_accuracy_power_matches_the_exact_single_metric_test(self) -> None:
+    @pytest.mark.parametrize(
+        ("n", "churn", "drop", "seed"), [(360, 0.03, 0.045, 8), (1000, 0.01, 0.02, 18)]
+    )
+    def test_accuracy_power_matches_the_exact_single_metric_test(
+        self, n: int, churn: float, drop: float, seed: int
+    ) -> None:
         """On the same simulated pairs the family FAILs accuracy within 0.03 of accuracy alone
         (the exact margin test at full alpha), and never where accuracy alone would not."""
-        rng = np.random.default_rng(8)
+        rng = np.random.default_rng(seed)
         policy = GatePolicy()
         gate, oracle = [], []
         for _ in range(150):
-            ref, cur = simulated_pair(rng, 360, 0.03, 0.045)
+            ref, cur = simulated_pair(rng, n, churn, drop)
             m, d = judge(ref, cur, FIVE, policy, OVERALL, 10)[0]
             gate.append(d.verdict == Verdict.FAIL)
             b, c = m.newly_wrong or 0, m.newly_right or 0
-            oracle.append(margin_p(b, c, 360, Fraction("0.01") * 360) < 0.05)
+            oracle.append(margin_p(b, c, n, Fraction("0.01") * n) < 0.05)
         assert np.mean(oracle) > 0.3 and np.mean(oracle) - np.mean(gate) <= 0.03
         assert not any(g and not o for g, o in zip(gate, oracle, strict=True))
 

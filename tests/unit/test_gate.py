@@ -60,7 +60,8 @@ class TestVerdicts:
         report = gate_week(history, "2026-W41", POLICY)
         acc = overall(report, "previous-week")
         assert acc.verdict == Verdict.FAIL
-        assert acc.drop == pytest.approx(0.045) and acc.p_adjusted < 1e-6
+        # 4.5 points against a 1-point tolerance: the margin test's floor (GAMMA, 0.001).
+        assert acc.drop == pytest.approx(0.045) and acc.p_adjusted < 0.0011
         assert (acc.newly_wrong, acc.newly_right) == (45, 0)
         assert report.exit_code == 1
         message = report.message()
