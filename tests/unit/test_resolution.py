@@ -21,6 +21,7 @@ from evalsentry.resolution import (
     rows_needed,
 )
 from evalsentry.stats import drop_upper_bound, within_tolerance
+from tests.models import TRUST, TRUSTED_YAML
 
 ALPHA = 0.05
 DIGITS = Path(__file__).parents[2] / "evalsets" / "digits"
@@ -206,6 +207,25 @@ class TestWhereItIsSaid:
             "    accuracy: {max_drop: 0.02}\n    top5_accuracy: {max_drop: 0.02}\n"
         )
         assert tolerance_warnings(load_config(project / "evalsentry.yaml"), ["digits"]) == []
+
+    def test_evalsentry_run_prints_the_warnings_before_it_starts(
+        self, project: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`evalsentry run` checks, before Prefect starts, and prints each warning as one line on
+        stderr; nothing is refused (the run would go on)."""
+        from evalsentry.cli.runs import _something_to_evaluate
+        from evalsentry.registry import Registry
+
+        (project / "evalsentry.yaml").write_text(
+            f"evalsets: evalsets\nstore: store\nregistry: registry\n{TRUSTED_YAML}"
+        )
+        Registry(str(project / "registry")).register(
+            tiny_checkpoint, "tiny", stage="production", trust=TRUST
+        )
+        _something_to_evaluate(project / "evalsentry.yaml", None, None)
+        warnings = capsys.readouterr().err.splitlines()
+        assert len(warnings) == 2
+        assert warnings[0].startswith("warning: evalset digits (719 rows) cannot certify")
 
     def test_freeze_states_the_resolution_of_the_new_evalset(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -57,13 +57,20 @@ def _something_to_evaluate(
 
     A store that cannot be written, no checkpoint to evaluate (an empty registry, a mistyped
     model), a binding to a missing evalset, an unknown ``--evalset``, or no checkpoint bound to
-    any evalset of the run.
+    any evalset of the run. A tolerance finer than an evalset can certify is a warning on
+    stderr, one line each; the run goes on.
     """
     from evalsentry.config import load_config
     from evalsentry.errors import NothingToEvaluate, UsageError, did_you_mean
     from evalsentry.evalsets import list_evalsets
     from evalsentry.history import History
-    from evalsentry.pipeline import WEEKLY_STAGES, check_bindings, pair_targets, resolve_targets
+    from evalsentry.pipeline import (
+        WEEKLY_STAGES,
+        check_bindings,
+        pair_targets,
+        resolve_targets,
+        tolerance_warnings,
+    )
     from evalsentry.registry import Registry
 
     settings = load_config(config)
@@ -71,6 +78,9 @@ def _something_to_evaluate(
     targets = resolve_targets(Registry(settings.registry_url), models, WEEKLY_STAGES)
     available = list_evalsets(settings.evalsets_dir)
     check_bindings(settings, available)
+    # The flow logs these too (the Prefect UI shows them); here they reach the terminal.
+    for line in tolerance_warnings(settings, available):
+        typer.echo(f"warning: {line}", err=True)
     for name in evalsets or ():
         if name not in available:
             raise UsageError(
