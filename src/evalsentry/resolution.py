@@ -8,8 +8,9 @@ This module states that resolution before it matters: at freeze, in ``evalset sh
 warning when a run starts with a tolerance finer than it.
 
 Count metrics (accuracy-type): exact, from n and the churn, assumed (``ASSUMED_CHURN``) until the
-history holds comparisons of a model line on the evalset, then measured (the median share of
-examples that changed between consecutive weeks). The certifiable tolerance is the smallest one
+history holds comparisons of a model line on the evalset, then measured: the median over its
+week-to-week comparisons without a FAIL of twice the share of newly right examples (a drop adds
+newly wrong ones, never newly right). The certifiable tolerance is the smallest one
 an unchanged retrain PASSes with probability ``DEFAULT_POWER`` (80%), summed exactly over its
 possible flips with Tango's bound, the bound PASS uses. Other metrics depend on the models'
 outputs: measured from the history's bounds (their median margin above the observed change,
@@ -46,6 +47,8 @@ _TAIL_SDS = 9.0
 # Bisection steps: tolerances to 2**-30 (1e-9); evalset sizes up to _MOST_ROWS.
 _STEPS = 30
 _MOST_ROWS = 10**8
+# The verdicts of weeks whose flips and bounds measure the churn: no regression among them.
+_UNREGRESSED = ("PASS", "WARN", "INCONCLUSIVE")
 
 
 def pass_probability(
@@ -190,7 +193,11 @@ def _round_up(value: float) -> float:
 
 
 def _lines(comparisons: pd.DataFrame | None, evalset: str, metric: str) -> dict[str, pd.DataFrame]:
-    """Per model line, its overall week-to-week comparisons of ``metric`` on ``evalset``."""
+    """Per model line, its overall week-to-week comparisons of ``metric`` on ``evalset``.
+
+    Only weeks without a regression (PASS, WARN, INCONCLUSIVE): a FAIL's spread and flips are
+    the regression's, not the retrains' churn.
+    """
     if comparisons is None or comparisons.empty:
         return {}
     rows = comparisons[
@@ -199,6 +206,7 @@ def _lines(comparisons: pd.DataFrame | None, evalset: str, metric: str) -> dict[
         & (comparisons["slice"] == OVERALL)
         & (comparisons["reference"] == "previous-week")
         & (comparisons["n"].fillna(0) > 0)
+        & comparisons["verdict"].isin(_UNREGRESSED)
     ]
     return {str(model): line for model, line in rows.groupby("model")}
 
@@ -236,14 +244,15 @@ def resolutions(
         lines = _lines(comparisons, evalset, metric)
         count = get_metric(metric).paired_test == "mcnemar"
         if count:
+            # Twice the newly right: a drop adds newly wrong examples, never newly right ones.
             measured: dict[str, tuple[float, str, float | None]] = {
                 model: (
-                    float(((line["newly_wrong"] + line["newly_right"]) / line["n"]).median()),
+                    float((2 * line["newly_right"] / line["n"]).median()),
                     f"{len(line)} week(s) of {model}",
                     float(line["reference_value"].median()),
                 )
                 for model, line in lines.items()
-                if line["newly_wrong"].notna().any()
+                if line["newly_right"].notna().any()
             }
             cases = list(measured.values()) or [(ASSUMED_CHURN, "assumed", None)]
             for churn, source, reference in cases:

@@ -170,6 +170,16 @@ class TestResolutions:
         assert nll.certifiable == pytest.approx(0.03 * (1.6449 + 0.8416) / 1.6449, rel=1e-3)
         assert nll.too_fine and "an evalset of >= " in nll.warning()
 
+    def test_a_regression_is_not_churn(self) -> None:
+        """A FAIL week's flips are left out, and a drop's extra newly wrong examples never count:
+        the churn is twice the newly right share of the weeks without a regression."""
+        rows = week_rows("digits", 6, 2, weeks=2) + [
+            {**row, "verdict": "FAIL", "newly_wrong": 60, "newly_right": 9, "week": "2026-W20"}
+            for row in week_rows("digits", 0, 0, weeks=1)
+        ]
+        (accuracy,) = resolutions("digits", 719, ["accuracy"], GatePolicy(), pd.DataFrame(rows))
+        assert accuracy.basis == f"{4 / 719:.1%} churn, 2 week(s) of digits"
+
 
 class TestWhereItIsSaid:
     def test_show_prints_the_resolution_and_warns_on_stderr_exit_0(
