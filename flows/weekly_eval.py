@@ -283,8 +283,8 @@ def weekly_eval(
         check_bindings(settings, available)
     except ConfigError as exc:
         return fail(f"{week}: ERROR the config does not fit the evalsets", [str(exc)])
-    _warn(tolerance_warnings(settings, available))  # the run goes on
     pairs, unbound = pair_targets(targets, settings, available, evalsets)
+    _warn(tolerance_warnings(settings, sorted({name for _, name in pairs})))  # the run goes on
     # A named evalset that does not exist is validated anyway: its ERROR says so.
     names = sorted({name for _, name in pairs} | set(evalsets or ()) - set(available))
     logger.info(

@@ -78,9 +78,6 @@ def _something_to_evaluate(
     targets = resolve_targets(Registry(settings.registry_url), models, WEEKLY_STAGES)
     available = list_evalsets(settings.evalsets_dir)
     check_bindings(settings, available)
-    # The flow logs these too (the Prefect UI shows them); here they reach the terminal.
-    for line in tolerance_warnings(settings, available):
-        typer.echo(f"warning: {line}", err=True)
     for name in evalsets or ():
         if name not in available:
             raise UsageError(
@@ -95,6 +92,10 @@ def _something_to_evaluate(
             else f"no registered model is bound to {', '.join(map(repr, evalsets or ()))}; "
             "bind one under models: in evalsentry.yaml"
         )
+    # Once the run will go on (a refusal stays one line). The flow logs them too, for the
+    # Prefect UI; the terminal shows a flow's logs only from ERROR up.
+    for line in tolerance_warnings(settings, sorted({name for _, name in pairs})):
+        typer.echo(f"warning: {line}", err=True)
 
 
 @app.command()
