@@ -128,6 +128,16 @@ def _count_pmf(m: IntArray, n: int, d: FloatArray) -> FloatArray:
     return np.asarray(out, np.float64)
 
 
+def discordant_counts(n: int, d: float) -> tuple[IntArray, FloatArray]:
+    """The discordant counts with any real probability at discordance ``d``, and those.
+
+    What every exact sum over the outcomes of ``n`` paired examples runs over.
+    """
+    low, high = _count_range(n, d)
+    m = np.arange(low, high + 1, dtype=np.int64)
+    return m, _count_pmf(m, n, np.full(m.size, d))
+
+
 def _upper_tail(first: IntArray, m: IntArray, share: FloatArray) -> FloatArray:
     """``P(B >= first)`` for ``B ~ Binomial(m, share)``."""
     return np.asarray(binomial_tails(first - 1, m, share)[1], np.float64)
@@ -288,11 +298,9 @@ class MarginTest:
         d = min(1.0, 2.0 * newly_right_rate + drop)
         if d <= 0.0:
             return 0.0
-        low, high = _count_range(self.n, d)
-        m = np.arange(low, high + 1, dtype=np.int64)
+        m, probability = discordant_counts(self.n, d)
         first = self.rejects_from(m, level)
         share = np.full(m.size, min(1.0, (newly_right_rate + drop) / d))
-        probability = _count_pmf(m, self.n, np.full(m.size, d))
         return float(np.clip((probability * _upper_tail(first, m, share)).sum(), 0.0, 1.0))
 
 

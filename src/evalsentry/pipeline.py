@@ -172,12 +172,13 @@ def tolerance_warnings(config: Config, available: Sequence[str]) -> list[str]:
     reads INCONCLUSIVE (unresolved). See :mod:`evalsentry.resolution`; the churn is the one
     the history measured for each model line on the evalset, else the assumed one.
     """
-    from evalsentry.resolution import evalset_resolutions
+    from evalsentry.resolution import evalset_resolutions, measured_comparisons
 
+    comparisons = measured_comparisons(config) if available else None
     lines = []
     for name in available:
         try:
-            found = evalset_resolutions(config, name)
+            found = evalset_resolutions(config, name, comparisons)
         except EvalsentryError:  # a broken manifest is the evalset's own ERROR, in validation
             continue
         lines += [r.warning() for r in found if r.too_fine]

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from evalsentry.binomial import binomial_pmf, binomial_tails
-from evalsentry.margin import DEFAULT_POWER, first_at_least
+from evalsentry.binomial import binomial_tails
+from evalsentry.margin import DEFAULT_POWER, discordant_counts, first_at_least
 from evalsentry.metrics import OVERALL, get_metric
 
 if TYPE_CHECKING:
@@ -42,8 +42,6 @@ log = logging.getLogger(__name__)
 #: The churn assumed for a count metric until the history measures a line's own: the share of
 #: examples two retrains of an unchanged model answer differently (half right, half wrong).
 ASSUMED_CHURN = 0.03
-#: Counts further than this many standard deviations from their mean are left out of the sums.
-_TAIL_SDS = 9.0
 # Bisection steps: tolerances to 2**-30 (1e-9); evalset sizes up to _MOST_ROWS.
 _STEPS = 30
 _MOST_ROWS = 10**8
@@ -65,11 +63,7 @@ def pass_probability(
     d = min(1.0, 2.0 * newly_right_rate + drop)
     if d <= 0.0:  # nothing ever changes: the bound of no flips decides
         return float(_passes(np.zeros(1, np.int64), n, tolerance, alpha)[0] > 0)
-    mean, sd = n * d, math.sqrt(n * d * (1.0 - d))
-    low = max(0, math.floor(mean - _TAIL_SDS * sd) - 1)
-    high = min(n, math.ceil(mean + _TAIL_SDS * sd) + 1)
-    m = np.arange(low, high + 1, dtype=np.int64)
-    weight = binomial_pmf(m, n, d) if d < 1.0 else (m == n).astype(np.float64)
+    m, weight = discordant_counts(n, d)
     share = np.full(m.size, min(1.0, (newly_right_rate + drop) / d))
     passing = binomial_tails(_passes(m, n, tolerance, alpha) - 1, m, share)[0]
     return float(np.clip((weight * passing).sum(), 0.0, 1.0))
@@ -311,27 +305,37 @@ def resolutions(
     return out
 
 
-def evalset_resolutions(config: Config, name: str, *, measured: bool = True) -> list[Resolution]:
+def measured_comparisons(config: Config) -> pd.DataFrame | None:
+    """The history's comparisons, where each line's churn and bounds are measured.
+
+    None without a readable history: the gate says what is wrong with it; here it only means
+    nothing is measured.
+    """
+    from evalsentry.errors import EvalsentryError
+    from evalsentry.history import History
+
+    try:
+        return History(config.store_url).comparisons()
+    except EvalsentryError as exc:
+        log.info("no measured churn: %s", exc)
+        return None
+
+
+def evalset_resolutions(
+    config: Config, name: str, comparisons: pd.DataFrame | None = None
+) -> list[Resolution]:
     """What the project's evalset ``name`` can certify, per metric it is gated on.
 
-    Reads its manifest (size, metrics) and, when ``measured``, the history's comparisons on it
-    (churn and bounds of each model line); an unreadable history counts as none.
+    Reads its manifest (size, metrics); ``comparisons`` (:func:`measured_comparisons`) measure
+    each model line's churn and bounds on it, else the churn is assumed.
 
     Raises:
         EvalsentryError: The evalset's manifest cannot be read.
     """
-    from evalsentry.errors import EvalsentryError
     from evalsentry.evalsets import evalset_folder, read_spec
-    from evalsentry.history import History
     from evalsentry.metrics import metric_names
 
     spec = read_spec(evalset_folder(name, config.evalsets_dir))
-    comparisons = None
-    if measured:
-        try:
-            comparisons = History(config.store_url).comparisons()
-        except EvalsentryError as exc:  # the gate says what is wrong with it; here: no history
-            log.info("no measured churn for evalset %s: %s", name, exc)
     metrics = metric_names(spec.metrics, spec.task, spec.num_classes)
     return resolutions(spec.name, spec.num_rows, metrics, config.gate, comparisons)
 

@@ -203,9 +203,14 @@ def _print_resolution(settings: Config, name: str, *, measured: bool, prefix: st
 
     A tolerance configured below it is also one warning line on stderr; the exit code stays.
     """
-    from evalsentry.resolution import evalset_resolutions, resolution_heading
+    from evalsentry.resolution import (
+        evalset_resolutions,
+        measured_comparisons,
+        resolution_heading,
+    )
 
-    found = evalset_resolutions(settings, name, measured=measured)
+    comparisons = measured_comparisons(settings) if measured else None
+    found = evalset_resolutions(settings, name, comparisons)
     if not found:
         return
     typer.echo(prefix + resolution_heading(found[0].rows, settings.gate.alpha))
