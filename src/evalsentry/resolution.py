@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
@@ -35,7 +35,7 @@ from evalsentry.metrics import OVERALL, get_metric
 if TYPE_CHECKING:
     import pandas as pd
 
-    from evalsentry.config import Config, GatePolicy
+    from evalsentry.config import Config, GatePolicy, Tolerance
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +142,8 @@ class Resolution:
     configured: str  # as written: 0.01, "10%"
     allowed: float | None  # the configured tolerance in metric units, when it can be known
     certifiable: float | None  # None: not known before a first comparison
-    basis: str  # what it rests on: "3.0% churn, assumed", "2.1% churn of digits, 4 weeks"
-    rows_needed: int | None = None  # for a count metric whose tolerance is too fine
+    basis: str  # what it rests on: "3.0% churn, assumed", "2.1% churn, 4 week(s) of digits"
+    rows_needed: int | None = None  # the evalset size a too-fine tolerance would need
 
     @property
     def too_fine(self) -> bool:
@@ -205,6 +205,64 @@ def _lines(comparisons: pd.DataFrame | None, evalset: str, metric: str) -> dict[
     return {str(model): line for model, line in rows.groupby("model")}
 
 
+#: One finding: the tolerance in metric units (None: unknown), the certifiable one (None:
+#: unknown), what it rests on, and the rows a too-fine tolerance would need.
+_Finding = tuple[float | None, float | None, str, int | None]
+
+
+def _count_findings(
+    tolerance: Tolerance, lines: dict[str, pd.DataFrame], rows: int, alpha: float
+) -> list[_Finding]:
+    """A count metric: per line, at its measured churn; without one, at the assumed churn."""
+    # Twice the newly right: a drop adds newly wrong examples, never newly right ones.
+    cases: list[tuple[float, str, float | None]] = [
+        (
+            float((2 * line["newly_right"] / line["n"]).median()),
+            f"{len(line)} week(s) of {model}",
+            float(line["reference_value"].median()),
+        )
+        for model, line in lines.items()
+        if line["newly_right"].notna().any()
+    ] or [(ASSUMED_CHURN, "assumed", None)]
+    relative = isinstance(tolerance.max_drop, str) and tolerance.max_drop.endswith("%")
+    found: list[_Finding] = []
+    for churn, source, reference in cases:
+        allowed = (
+            None if relative and reference is None else tolerance.allowed_drop(reference or 0.0)
+        )
+        certifiable = certifiable_tolerance(rows, churn, alpha)
+        too_fine = allowed is not None and allowed < certifiable
+        needed = rows_needed(allowed, churn, alpha) if too_fine and allowed is not None else None
+        found.append((allowed, certifiable, f"{churn:.1%} churn, {source}", needed))
+    return found
+
+
+def _spread_findings(
+    tolerance: Tolerance, lines: dict[str, pd.DataFrame], rows: int, alpha: float
+) -> list[_Finding]:
+    """Any other metric: per line, from its bounds' median margin above the observed change."""
+    found: list[_Finding] = []
+    for model, line in lines.items():
+        measured = line.dropna(subset=["drop_bound", "drop"])
+        if measured.empty:
+            continue
+        margin_above = float((measured["drop_bound"] - measured["drop"]).median())
+        certifiable = _spread_tolerance(margin_above, alpha, DEFAULT_POWER)
+        allowed = tolerance.allowed_drop(float(measured["reference_value"].median()))
+        # The bound's spread shrinks with the square root of the rows.
+        needed = (
+            math.ceil(rows * (certifiable / allowed) ** 2) if 0 < allowed < certifiable else None
+        )
+        found.append(
+            (allowed, certifiable, f"measured over {len(measured)} week(s) of {model}", needed)
+        )
+    if found:
+        return found
+    relative = isinstance(tolerance.max_drop, str) and tolerance.max_drop.endswith("%")
+    unknown = "known after a first comparison (it depends on the models' outputs)"
+    return [(None if relative else tolerance.allowed_drop(0.0), None, unknown, None)]
+
+
 def resolutions(
     evalset: str,
     rows: int,
@@ -233,75 +291,14 @@ def resolutions(
             if metric in policy.metrics
             else "gate.default.max_drop"
         )
-        common = Resolution(evalset, rows, metric, setting, str(tolerance.max_drop), None, None, "")
-        relative = isinstance(tolerance.max_drop, str) and tolerance.max_drop.endswith("%")
-        lines = _lines(comparisons, evalset, metric)
         count = get_metric(metric).paired_test == "mcnemar"
-        if count:
-            # Twice the newly right: a drop adds newly wrong examples, never newly right ones.
-            measured: dict[str, tuple[float, str, float | None]] = {
-                model: (
-                    float((2 * line["newly_right"] / line["n"]).median()),
-                    f"{len(line)} week(s) of {model}",
-                    float(line["reference_value"].median()),
-                )
-                for model, line in lines.items()
-                if line["newly_right"].notna().any()
-            }
-            cases = list(measured.values()) or [(ASSUMED_CHURN, "assumed", None)]
-            for churn, source, reference in cases:
-                allowed = (
-                    None
-                    if relative and reference is None
-                    else tolerance.allowed_drop(reference or 0.0)
-                )
-                certifiable = certifiable_tolerance(rows, churn, policy.alpha)
-                needed = (
-                    rows_needed(allowed, churn, policy.alpha)
-                    if allowed is not None and allowed < certifiable
-                    else None
-                )
-                out.append(
-                    replace(
-                        common,
-                        allowed=allowed,
-                        certifiable=certifiable,
-                        basis=f"{churn:.1%} churn, {source}",
-                        rows_needed=needed,
-                    )
-                )
-            continue
-        spread = {
-            model: line.dropna(subset=["drop_bound", "drop"]) for model, line in lines.items()
-        }
-        spread = {model: line for model, line in spread.items() if not line.empty}
-        if not spread:
-            out.append(
-                replace(
-                    common,
-                    allowed=None if relative else tolerance.allowed_drop(0.0),
-                    basis="known after a first comparison (it depends on the models' outputs)",
-                )
-            )
-            continue
-        for model, line in spread.items():
-            margin_above = float((line["drop_bound"] - line["drop"]).median())
-            certifiable = _spread_tolerance(margin_above, policy.alpha, DEFAULT_POWER)
-            allowed = tolerance.allowed_drop(float(line["reference_value"].median()))
-            needed = (
-                math.ceil(rows * (certifiable / allowed) ** 2)
-                if 0 < allowed < certifiable
-                else None
-            )
-            out.append(
-                replace(
-                    common,
-                    allowed=allowed,
-                    certifiable=certifiable,
-                    basis=f"measured over {len(line)} week(s) of {model}",
-                    rows_needed=needed,
-                )
-            )
+        findings = (_count_findings if count else _spread_findings)(
+            tolerance, _lines(comparisons, evalset, metric), rows, policy.alpha
+        )
+        out += [
+            Resolution(evalset, rows, metric, setting, str(tolerance.max_drop), *finding)
+            for finding in findings
+        ]
     return out
 
 
