@@ -38,6 +38,7 @@ import math
 from collections.abc import Callable
 from fractions import Fraction
 from functools import lru_cache
+from statistics import NormalDist
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -70,6 +71,8 @@ _TAIL_SDS = 9.0
 # far finer than the power sums need; drops to 2**-20 (1e-6) of their range.
 _Z_LOW, _Z_HIGH, _Z_PRECISION = -4.0, 9.0, 1e-4
 _DROP_STEPS = 20
+# Expected discordant examples at the margin from which power uses the normal critical value.
+_NORMAL_COUNT = 300
 
 
 def tango_z(newly_wrong: ArrayLike, newly_right: ArrayLike, n: int, margin: float) -> FloatArray:
@@ -129,7 +132,7 @@ def _count_pmf(m: IntArray, n: int, d: FloatArray) -> FloatArray:
 
 
 def discordant_counts(n: int, d: float) -> tuple[IntArray, FloatArray]:
-    """The discordant counts with any real probability at discordance ``d``, and those.
+    """The discordant counts with any real probability at discordance ``d``, and that probability.
 
     What every exact sum over the outcomes of ``n`` paired examples runs over.
     """
@@ -257,7 +260,9 @@ class MarginTest:
     def _critical_upto(self, level: float, last: int) -> FloatArray:
         """Each grid point's smallest z whose tail is within the level (points ``0..last``).
 
-        Found by bisection to ``_Z_PRECISION``, for the points not yet known at this level.
+        Found by bisection to ``_Z_PRECISION``, for the points not yet known at this level. A
+        level at or below ``GAMMA``, the p-value's floor, is out of reach: its critical z is
+        ``_Z_HIGH``, beyond any outcome with a real probability.
         """
         done = self._critical.get(level, np.zeros(0))
         if done.size <= last:
@@ -288,18 +293,26 @@ class MarginTest:
         return first_at_least(discordant, self.n, self.margin, worst)
 
     def power(self, newly_right_rate: float, drop: float, level: float) -> float:
-        """Probability that the test rejects at ``level`` when the drop is ``drop``, exactly.
+        """Probability that the test rejects at ``level`` when the drop is ``drop``.
 
         The model of two checkpoints: each example is newly right with probability
         ``newly_right_rate`` (the churn of retraining) and newly wrong with that plus ``drop``.
+        Summed exactly over the outcomes; the critical z of each discordant count is exact
+        too, until ``_NORMAL_COUNT`` examples are expected to change at the margin: beyond,
+        the statistic's normal critical value stands in for it (the exact ones cost seconds,
+        at n = 100,000 a minute, and the two powers agree to within 0.005; a test checks).
         """
-        if self.margin >= 1.0 or not 0.0 < level < 1.0:
+        if self.margin >= 1.0 or not GAMMA < level < 1.0:
             return 0.0
         d = min(1.0, 2.0 * newly_right_rate + drop)
         if d <= 0.0:
             return 0.0
         m, probability = discordant_counts(self.n, d)
-        first = self.rejects_from(m, level)
+        if self.n * min(1.0, 2.0 * newly_right_rate + self.margin) >= _NORMAL_COUNT:
+            z = NormalDist().inv_cdf(1.0 - (level - GAMMA) / GRID_SLACK)
+            first = first_at_least(m, self.n, self.margin, z)
+        else:
+            first = self.rejects_from(m, level)
         share = np.full(m.size, min(1.0, (newly_right_rate + drop) / d))
         return float(np.clip((probability * _upper_tail(first, m, share)).sum(), 0.0, 1.0))
 

@@ -203,6 +203,19 @@ class TestDetectableDrop:
         assert test.power(rate, drop, ALPHA) == pytest.approx(0.8, abs=1e-3)
         assert test.power(rate, drop * 0.9, ALPHA) < 0.8
 
+    def test_beyond_300_expected_changes_the_normal_critical_value_agrees(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Where power uses the statistic's normal critical value (330 examples expected to
+        change at the margin), it is within 0.005 of the exact critical values' power."""
+        test = MarginTest(3000, Fraction(30))
+        for drop in (0.013, 0.02):
+            normal = test.power(0.05, drop, ALPHA)
+            monkeypatch.setattr(margin_module, "_NORMAL_COUNT", 10**9)
+            exact = test.power(0.05, drop, ALPHA)
+            monkeypatch.undo()
+            assert 0.1 < exact < 0.99 and normal == pytest.approx(exact, abs=0.005)
+
     def test_more_churn_and_a_stricter_level_need_bigger_drops(self) -> None:
         """Noisier retrains and a family's smaller level both raise the detectable drop."""
         allowed = Fraction("0.01") * 1000
