@@ -4,7 +4,8 @@
 
 Ratios compare against baselines measured in the same run (these machines are noisy): each
 benchmark's own. ``--only`` runs some again and keeps the others' latest results; every
-benchmark's section says when it ran.
+benchmark's section says when it ran. ``gate_power`` also writes its tables to
+``bench/results/gate_power.md``.
 """
 
 from __future__ import annotations
