@@ -72,7 +72,7 @@ _TAIL_SDS = 9.0
 _Z_LOW, _Z_HIGH, _Z_PRECISION = -4.0, 9.0, 1e-4
 _DROP_STEPS = 20
 # Expected discordant examples at the margin from which power uses the normal critical value.
-_NORMAL_COUNT = 300
+_NORMAL_COUNT = 400
 
 
 def tango_z(newly_wrong: ArrayLike, newly_right: ArrayLike, n: int, margin: float) -> FloatArray:

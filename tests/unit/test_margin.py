@@ -203,12 +203,12 @@ class TestDetectableDrop:
         assert test.power(rate, drop, ALPHA) == pytest.approx(0.8, abs=1e-3)
         assert test.power(rate, drop * 0.9, ALPHA) < 0.8
 
-    def test_beyond_300_expected_changes_the_normal_critical_value_agrees(
+    def test_beyond_400_expected_changes_the_normal_critical_value_agrees(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """Where power uses the statistic's normal critical value (330 examples expected to
+        """Where power uses the statistic's normal critical value (440 examples expected to
         change at the margin), it is within 0.005 of the exact critical values' power."""
-        test = MarginTest(3000, Fraction(30))
+        test = MarginTest(4000, Fraction(40))
         for drop in (0.013, 0.02):
             normal = test.power(0.05, drop, ALPHA)
             monkeypatch.setattr(margin_module, "_NORMAL_COUNT", 10**9)
