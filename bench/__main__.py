@@ -4,7 +4,8 @@
 
 Ratios compare against baselines measured in the same run (these machines are noisy): each
 benchmark's own. ``--only`` runs some again and keeps the others' latest results; every
-benchmark's section says when it ran.
+benchmark's section says when it ran. ``gate_power`` also writes its tables to
+``bench/results/gate_power.md``.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ BENCHMARKS: dict[str, Callable[[bool], dict[str, float]]] = {
     "candidate": lambda quick: bench_candidate.run(rounds=1 if quick else 3),
     "run": lambda quick: bench_run.run(rounds=1 if quick else 2),
     "gate": lambda quick: bench_gate.run(max_rows=100_000 if quick else 10_000_000),
-    "gate_power": lambda quick: gate_power.run(quick=quick),
+    "gate_power": lambda quick: gate_power.run(
+        quick=quick, tables=None if quick else RESULTS / "gate_power.md"
+    ),
     "scale": lambda quick: bench_scale.run(checkpoints=(1, 2) if quick else (1, 2, 4)),
     "fan_out": lambda quick: bench_fan_out.run(rounds=1 if quick else 3),
     "gpu": lambda quick: gpu.run(quick=True),

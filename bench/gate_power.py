@@ -1,20 +1,25 @@
-"""The gate's error rates, measured: false alarms, power and detectable drops against an exact oracle.
+"""The gate's error rates, measured: FAIL at the tolerance, power, against an exact oracle.
 
-    python -m bench.gate_power [--quick] [--trials-scale 1.0] [--workers 2]
+    python -m bench --only gate_power         # runs it and writes bench/results/gate_power.md
+    python -m bench.gate_power [--quick] [--workers 2]   # prints the tables only
 
 Simulated retrains (``tests.synthetic.simulated_pair``): n examples, base accuracy 0.9, ten
 classes, all five default classification metrics, each example newly wrong with probability
 ``churn / 2 + drop`` and newly right with ``churn / 2``. Every trial runs the real comparison
-(:func:`evalsentry.comparison.measure` and :func:`~evalsentry.comparison.decide`, default
-config: tolerances, alpha 0.05, 2000 sign flips) and, on the same pair, the exact oracle: accuracy
-alone, ``b - c > tolerance * n`` in integers and the exact McNemar p below alpha.
+(:func:`evalsentry.comparison.measure` and :func:`~evalsentry.comparison.decide`, the default
+config: tolerances, alpha 0.05, 2000 sign flips). The exact oracle is the exact margin test of
+accuracy alone at full alpha (:mod:`evalsentry.margin`): on the same draws, and summed exactly
+over every outcome (no simulation error). Every cell has its own fixed seed.
 
 Tables:
-1. family-wise false FAIL under the null (drop 0), default tolerances and zero tolerances;
-2. accuracy's power, gate vs oracle (and Holm over the same p-values, the old correction);
-3. the detectable drop an INCONCLUSIVE message states (accuracy, and nll as a sign-flip
-   secondary) vs the simulated 80%-power point;
-4. the exact false-PASS rate of the non-inferiority bound when the true drop equals the tolerance.
+1. FAIL when the true drop equals the tolerance (1 point), beside the power at 1.5x and 2x it:
+   n 360/1000/5000, churn 1/3/5%;
+2. accuracy's power at n 360, churn 3%, drops of 2-3 points: the family against the oracle on
+   the same draws (the gap is the family correction's cost);
+3. how an honest retrain (no drop) reads: PASS, WARN, INCONCLUSIVE of each kind, FAIL;
+4. family-wise false FAIL with zero tolerances and no change: the family correction's own check;
+5. the detectable drop an INCONCLUSIVE message states, against the simulated FAIL rate there;
+6. false PASS when the true drop equals the tolerance (exact).
 """
 
 from __future__ import annotations
@@ -22,16 +27,19 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
-from evalsentry.comparison import Unit, decide, measure
+from evalsentry.comparison import Measurement, Unit, decide, detectable_of, measure
 from evalsentry.config import GatePolicy, Tolerance
-from evalsentry.stats import holm, mcnemar_p, within_tolerance
+from evalsentry.margin import margin_test
+from evalsentry.multiplicity import effective_levels
+from evalsentry.resolution import pass_probability
 from evalsentry.verdicts import Verdict
 from tests.synthetic import simulated_pair
 
@@ -39,11 +47,26 @@ FIVE = ["accuracy", "macro_f1", "nll", "ece", "top5_accuracy"]
 CLASSES = 10
 ACCURACY = 0.9
 ALPHA = 0.05
-TOLERANCE = Fraction("0.01")  # the default accuracy tolerance
+TOLERANCE = 0.01  # the default accuracy tolerance
 OVERALL = [Unit("", None, "gate")]
-SIZES = (360, 1000)
-CHURNS = (0.0, 0.01, 0.03, 0.05)
-RELATIVE_DROPS = (0.02, 0.05, 0.08)
+SIZES = (360, 1000, 5000)
+CHURNS = (0.01, 0.03, 0.05)
+MULTIPLES = (1.0, 1.5, 2.0)
+SMALL_DROPS = (0.02, 0.025, 0.03)  # table 2: n 360, churn 3%
+STATEMENTS = 15  # null comparisons whose stated detectable drops are summarised by their median
+BATCH = 40  # trials per job
+
+#: Trials per cell: (n <= 1000, n = 5000) at full size; --quick takes a quarter.
+TRIALS = {
+    "at_tolerance": (300, 120),
+    "power": (100, 40),
+    "small_drops": (500, 0),
+    "honest": (200, 80),
+    "zero": (300, 0),
+    "detectable": (200, 80),
+}
+
+Job = tuple[str, int, float, float, int, int]  # table, n, churn, drop, trials, seed
 
 
 def _zero_policy() -> GatePolicy:
@@ -51,258 +74,274 @@ def _zero_policy() -> GatePolicy:
     return GatePolicy(default=zero, metrics=dict.fromkeys(FIVE, zero))
 
 
-Job = tuple[int, float, float, bool, int, int, float]
+def _week(decided: list[Any]) -> str:
+    """How the week reads: FAIL, INCONCLUSIVE (a possible regression), WARN or PASS."""
+    verdicts = {d.verdict for d in decided}
+    if Verdict.FAIL in verdicts:
+        return "FAIL"
+    if any(d.verdict == Verdict.INCONCLUSIVE and d.kind != "unresolved" for d in decided):
+        return "INCONCLUSIVE"
+    return "WARN" if Verdict.WARN in verdicts else "PASS"
 
 
-def _trial_batch(job: Job) -> dict[str, int]:
-    """Run ``trials`` simulated comparisons of one cell; count FAILs of the gate and the oracle.
-
-    ``shift`` adds that much to every current loss: an nll drop with accuracy unchanged.
-    """
-    n, churn, drop, zero, trials, seed, shift = job
-    policy = _zero_policy() if zero else GatePolicy()
-    allowed = Fraction(0) if zero else TOLERANCE * n
+def _trials(job: Job) -> Counter[str]:
+    """Run one batch of simulated comparisons; count what the gate and the oracle said."""
+    table, n, churn, drop, trials, seed = job
+    policy = _zero_policy() if table == "zero" else GatePolicy()
     rng = np.random.default_rng(seed)
-    counts = {"any": 0, "accuracy": 0, "nll": 0, "oracle": 0, "holm": 0}
+    counts: Counter[str] = Counter()
     for _ in range(trials):
-        ref, cur = simulated_pair(rng, n, churn, drop, ACCURACY)
-        cur = {**cur, "loss": cur["loss"] + shift}
-        measured = measure(ref, cur, FIVE, OVERALL, policy, CLASSES)
-        decided = decide(measured, policy)
-        fails = [d.verdict == Verdict.FAIL for d in decided]
-        accuracy = measured[0]
-        b, c = accuracy.newly_wrong or 0, accuracy.newly_right or 0
-        oracle = b - c > allowed and float(mcnemar_p(b, b + c)) < ALPHA
-        adjusted = holm([m.p_value for m in measured])
-        counts["any"] += any(fails)
-        counts["accuracy"] += fails[0]
-        counts["nll"] += fails[FIVE.index("nll")]
-        counts["oracle"] += oracle
-        counts["holm"] += accuracy.beyond and adjusted[0] < ALPHA
+        measured = measure(
+            *simulated_pair(rng, n, churn, drop, ACCURACY), FIVE, OVERALL, policy, CLASSES
+        )
+        # Verdicts only: the detectable drop an INCONCLUSIVE states is table 5's own business.
+        decided = decide(measured, policy, explain=False)
+        accuracy, said = measured[0], decided[0]
+        counts["trials"] += 1
+        counts["fail_any"] += any(d.verdict == Verdict.FAIL for d in decided)
+        counts["fail_accuracy"] += said.verdict == Verdict.FAIL
+        counts["oracle"] += accuracy.beyond and accuracy.p_value < ALPHA
+        counts[f"week_{_week(decided)}"] += 1
+        counts["any_unresolved"] += any(d.kind == "unresolved" for d in decided)
+        counts["any_inconclusive"] += any(d.verdict == Verdict.INCONCLUSIVE for d in decided)
     return counts
 
 
-def _run_cells(
-    cells: list[tuple[int, float, float, bool, int]],
-    workers: int,
-    shifts: list[float] | None = None,
-) -> list[dict[str, int]]:
+def _seed(*key: float) -> int:
+    """A fixed seed per cell and batch (not Python's salted hash)."""
+    return int(np.random.SeedSequence([round(k * 100_000) for k in key]).generate_state(1)[0])
+
+
+def _run(cells: list[tuple[str, int, float, float, int]], workers: int) -> list[Counter[str]]:
     """Each cell split into batches over the worker processes; the counts summed per cell."""
     jobs: list[Job] = []
-    owners = []
-    for index, (n, churn, drop, zero, trials) in enumerate(cells):
-        shift = shifts[index] if shifts else 0.0
-        batches = max(1, min(workers, trials // 50))
-        for batch in range(batches):
-            size = trials // batches + (batch < trials % batches)
-            seed = hash((n, churn, drop, zero, batch, shift)) % 2**32
-            jobs.append((n, churn, drop, zero, size, seed, shift))
+    owners: list[int] = []
+    for index, (table, n, churn, drop, trials) in enumerate(cells):
+        for batch, start in enumerate(range(0, trials, BATCH)):
+            size = min(BATCH, trials - start)
+            key = (float(sum(map(ord, table))), n, churn, drop, batch)
+            jobs.append((table, n, churn, drop, size, _seed(*key)))
             owners.append(index)
-    totals: list[dict[str, int]] = [{} for _ in cells]
+    totals: list[Counter[str]] = [Counter() for _ in cells]
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        for owner, counts in zip(owners, pool.map(_trial_batch, jobs), strict=True):
-            for key, value in counts.items():
-                totals[owner][key] = totals[owner].get(key, 0) + value
+        for owner, counts in zip(owners, pool.map(_trials, jobs), strict=True):
+            totals[owner].update(counts)
     return totals
+
+
+def _trials_for(table: str, n: int, scale: float) -> int:
+    small, large = TRIALS[table]
+    return max(1, round((large if n >= 5000 else small) * scale))
 
 
 def _se(rate: float, trials: int) -> float:
     return math.sqrt(max(rate * (1 - rate), 1e-12) / trials)
 
 
-def false_alarms(trials: int, workers: int) -> tuple[list[str], float]:
-    """Table 1 and the worst family-wise false FAIL rate minus alpha, in Monte Carlo SEs."""
-    cells = [(n, c, 0.0, zero, trials) for zero in (False, True) for n in SIZES for c in CHURNS[1:]]
-    counts = _run_cells(cells, workers)
+def _oracle(n: int, churn: float, drop: float) -> float:
+    """The exact FAIL probability of the margin test of accuracy alone at full alpha."""
+    return margin_test(n, Fraction(str(TOLERANCE)) * n).power(churn / 2, drop, ALPHA)
+
+
+def at_tolerance(scale: float, workers: int) -> tuple[list[str], dict[str, float]]:
+    """Table 1: FAIL at drop == tolerance beside the power at 1.5x and 2x, gate and oracle."""
+    cells = [
+        ("at_tolerance" if k == 1.0 else "power", n, c, k * TOLERANCE, 0)
+        for n in SIZES
+        for c in CHURNS
+        for k in MULTIPLES
+    ]
+    cells = [(t, n, c, d, _trials_for(t, n, scale)) for t, n, c, d, _ in cells]
+    counts = _run(cells, workers)
     lines = [
-        "| tolerances | n | churn | gate: any of 5 metrics FAILs | oracle: accuracy alone |",
-        "|---|---|---|---|---|",
+        "| n | churn | drop | trials | gate: any metric FAILs | gate: accuracy | oracle, "
+        "same draws | oracle, exact |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    worst_rate, worst_se, worst_exact, worst_gap = 0.0, -math.inf, 0.0, -math.inf
+    for (_, n, churn, drop, trials), count in zip(cells, counts, strict=True):
+        fail, accuracy = count["fail_any"] / trials, count["fail_accuracy"] / trials
+        oracle, exact = count["oracle"] / trials, _oracle(n, churn, drop)
+        if drop == TOLERANCE:
+            worst_rate = max(worst_rate, fail)
+            worst_se = max(worst_se, (fail - ALPHA) / _se(ALPHA, trials))
+            worst_exact = max(worst_exact, exact)
+        else:
+            worst_gap = max(worst_gap, oracle - accuracy)
+        lines.append(
+            f"| {n} | {churn:.0%} | {drop / TOLERANCE:.1f}x ({drop * 100:.1f} pts) | {trials} "
+            f"| {fail:.3f} | {accuracy:.3f} | {oracle:.3f} | {exact:.3f} |"
+        )
+    lines.append(
+        f"\nalpha + 2 SE: {ALPHA + 2 * _se(ALPHA, _trials_for('at_tolerance', 360, scale)):.3f} "
+        f"at {_trials_for('at_tolerance', 360, scale)} trials, "
+        f"{ALPHA + 2 * _se(ALPHA, _trials_for('at_tolerance', 5000, scale)):.3f} at "
+        f"{_trials_for('at_tolerance', 5000, scale)} (n = 5000)."
+    )
+    return lines, {
+        "gate_fail_at_tolerance_worst": worst_rate,
+        "gate_fail_at_tolerance_worst_excess_se": worst_se,
+        "oracle_fail_at_tolerance_exact_worst": worst_exact,
+        "gate_power_gap_worst": worst_gap,
+    }
+
+
+def small_drops(scale: float, workers: int) -> tuple[list[str], dict[str, float]]:
+    """Table 2: n 360, churn 3%, drops 2-3 points: the family's power against the oracle's."""
+    cells = [
+        ("small_drops", 360, 0.03, d, _trials_for("small_drops", 360, scale)) for d in SMALL_DROPS
+    ]
+    counts = _run(cells, workers)
+    lines = [
+        "| drop | trials | oracle, exact | oracle, same draws | gate: accuracy | gate - oracle "
+        "(paired SE) |",
+        "|---|---|---|---|---|---|",
     ]
     worst = -math.inf
-    for (n, churn, _, zero, t), count in zip(cells, counts, strict=True):
-        rate, oracle = count["any"] / t, count["oracle"] / t
-        worst = max(worst, (rate - ALPHA) / _se(ALPHA, t))
+    for (_, n, churn, drop, trials), count in zip(cells, counts, strict=True):
+        oracle, gate = count["oracle"] / trials, count["fail_accuracy"] / trials
+        # The gate FAILs only where the oracle does: the gap is one-sided, its SE binomial.
+        gap = gate - oracle
+        worst = max(worst, -gap)
         lines.append(
-            f"| {'zero' if zero else 'default'} | {n} | {churn:.0%} | {rate:.3f} | {oracle:.3f} |"
+            f"| {drop * 100:.1f} pts | {trials} | {_oracle(n, churn, drop):.3f} | {oracle:.3f} "
+            f"| {gate:.3f} | {gap:+.3f} ({_se(-gap, trials):.3f}) |"
         )
-    limit = ALPHA + 2 * _se(ALPHA, trials)
-    lines.append(f"\n{trials} trials a row: alpha + 2 SE = {limit:.3f}.")
-    return lines, worst
+    return lines, {"gate_power_gap_360_churn3": worst}
 
 
-def power(trials: int, workers: int) -> tuple[list[str], float]:
-    """Table 2 and the largest shortfall of accuracy's power against the oracle."""
-    cells = [
-        (n, c, ACCURACY * r, False, trials) for n in SIZES for c in CHURNS for r in RELATIVE_DROPS
-    ]
-    counts = _run_cells(cells, workers)
+def honest(scale: float, workers: int) -> tuple[list[str], dict[str, float]]:
+    """Table 3: how an honest retrain (no drop, churn 3%) reads, per n."""
+    cells = [("honest", n, 0.03, 0.0, _trials_for("honest", n, scale)) for n in SIZES]
+    counts = _run(cells, workers)
     lines = [
-        "| n | churn | relative drop | oracle | gate (family) | gate - oracle | Holm (old correction) |",
-        "|---|---|---|---|---|---|---|",
+        "| n | trials | week PASS | WARN | INCONCLUSIVE (a possible regression) | FAIL | some "
+        "comparison unresolved (informational) | some comparison INCONCLUSIVE, either kind |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    worst = 0.0
-    for (n, churn, drop, _, t), count in zip(cells, counts, strict=True):
-        oracle, gate, old = count["oracle"] / t, count["accuracy"] / t, count["holm"] / t
-        worst = max(worst, oracle - gate)
+    results = {}
+    for (_, n, _, _, trials), count in zip(cells, counts, strict=True):
+        share = {k: count[k] / trials for k in count}
         lines.append(
-            f"| {n} | {churn:.0%} | {drop / ACCURACY:.0%} | {oracle:.3f} | {gate:.3f} "
-            f"| {gate - oracle:+.3f} | {old:.3f} |"
+            f"| {n} | {trials} | {share.get('week_PASS', 0):.3f} | {share.get('week_WARN', 0):.3f} "
+            f"| {share.get('week_INCONCLUSIVE', 0):.3f} | {share.get('week_FAIL', 0):.3f} "
+            f"| {share.get('any_unresolved', 0):.3f} | {share.get('any_inconclusive', 0):.3f} |"
         )
-    return lines, worst
+        results[f"honest_retrain_inconclusive_{n}"] = share.get("week_INCONCLUSIVE", 0.0)
+        results[f"honest_retrain_unresolved_{n}"] = share.get("any_unresolved", 0.0)
+    return lines, results
 
 
-def _old_formula(n: int) -> float:
-    """The detectable drop the gate used to state: z * sqrt(2 p (1 - p) / n), unadjusted."""
-    z = stats.norm.isf(ALPHA) + stats.norm.isf(0.2)
-    return max(
-        z * math.sqrt(2 * ACCURACY * (1 - ACCURACY) / n), math.ceil(math.log2(1 / ALPHA)) / n
-    )
+def zero_tolerance(scale: float, workers: int) -> tuple[list[str], dict[str, float]]:
+    """Table 4: family-wise false FAIL with zero tolerances when nothing changed."""
+    cells = [("zero", n, 0.03, 0.0, _trials_for("zero", n, scale)) for n in SIZES[:2]]
+    counts = _run(cells, workers)
+    lines = ["| n | churn | trials | any of 5 metrics FAILs |", "|---|---|---|---|"]
+    worst = 0.0
+    for (_, n, churn, _, trials), count in zip(cells, counts, strict=True):
+        rate = count["fail_any"] / trials
+        worst = max(worst, rate)
+        lines.append(f"| {n} | {churn:.0%} | {trials} | {rate:.3f} |")
+    return lines, {"gate_fwer_zero_tolerance_worst": worst}
 
 
-STATEMENTS = 30  # null comparisons whose stated drops are summarised by their median
-
-
-def _stated(n: int, churn: float, metric: str) -> float:
-    """The detectable drop a comparison of this size and churn states for ``metric``: the median
-    over ``STATEMENTS`` simulated null comparisons, each with its own churn and family level.
-
-    A single comparison estimates the churn (and, for nll, the loss's spread) from its own few
-    discordant examples, so one statement varies around this median (at n = 360 by about a
-    fifth for nll).
-    """
-    from evalsentry.comparison import detectable_of
-    from evalsentry.multiplicity import effective_levels
-
+def _stated(n: int, churn: float) -> float:
+    """The detectable drop an accuracy comparison of this size and churn states: the median over
+    ``STATEMENTS`` simulated null comparisons, each with its own churn and family level."""
     policy = GatePolicy()
     rng = np.random.default_rng(n + round(churn * 1000))
-    index = FIVE.index(metric)
     drops = []
     for _ in range(STATEMENTS):
-        measured = measure(*simulated_pair(rng, n, churn, 0.0), FIVE, OVERALL, policy, CLASSES)
+        measured: list[Measurement] = measure(
+            *simulated_pair(rng, n, churn, 0.0), FIVE, OVERALL, policy, CLASSES
+        )
         null_p = np.stack([m.null_p for m in measured], axis=1)
         level = effective_levels(null_p, primary=0, share=policy.secondary_share, alpha=ALPHA)
-        drops.append(detectable_of(measured[index], level[index]) or math.nan)
+        drops.append(detectable_of(measured[0], level[0]) or math.nan)
     return float(np.nanmedian(drops))
 
 
-def _check(
-    settings: list[tuple[int, float]], metric: str, trials: int, workers: int
-) -> tuple[list[str], float]:
-    """Rows of stated vs simulated 80%-power drops for ``metric``, and the largest error.
-
-    Accuracy drops are simulated as extra newly wrong examples; nll drops as every current
-    loss shifted up by the drop (accuracy unchanged, so nll is judged as a secondary).
-    """
-    factors = (0.8, 0.9, 1.0, 1.1, 1.2)
-    stated = {setting: _stated(*setting, metric) for setting in settings}
-    cells, shifts = [], []
-    for n, churn in settings:
-        for f in factors:
-            drop = stated[(n, churn)] * f
-            cells.append((n, churn, drop if metric == "accuracy" else 0.0, False, trials))
-            shifts.append(0.0 if metric == "accuracy" else drop)
-    counts = _run_cells(cells, workers, shifts)
-    lines, worst = [], 0.0
-    for i, (n, churn) in enumerate(settings):
-        drop = stated[(n, churn)]
-        rates = np.array([counts[len(factors) * i + j][metric] for j in range(len(factors))])
-        rates = rates / trials
-        # A probit line through all five points: every trial informs the 80% point.
-        probits = stats.norm.ppf(np.clip(rates, 0.5 / trials, 1 - 0.5 / trials))
-        slope, intercept = np.polyfit(np.array(factors) * drop, probits, 1)
-        simulated = float((stats.norm.ppf(0.8) - intercept) / slope) if slope > 0 else math.nan
-        error = simulated / drop - 1
-        worst = max(worst, abs(error))
-        old = f" {_old_formula(n):.4f} |" if metric == "accuracy" else " |"
-        lines.append(
-            f"| {metric} | {n} | {churn:.0%} | {drop:.4f} | {simulated:.4f} | {error:+.1%} "
-            f"| {rates[2]:.3f} |{old}"
-        )
-    return lines, worst
-
-
-def detectable(trials: int, workers: int, sizes: tuple[int, ...]) -> tuple[list[str], float]:
-    """Table 3 and the largest relative error of the stated drop against the simulated 80% point."""
-    head = [
-        "| metric | n | churn | stated (median) | simulated 80% point | error | power at stated "
-        "| old formula |",
-        "|---|---|---|---|---|---|---|---|",
+def detectable(scale: float, workers: int) -> tuple[list[str], dict[str, float]]:
+    """Table 5: the stated detectable drop, and the simulated FAIL rate of accuracy there."""
+    settings = [(n, 0.03) for n in SIZES]
+    stated = {setting: _stated(*setting) for setting in settings}
+    cells = [
+        ("detectable", n, churn, stated[(n, churn)], _trials_for("detectable", n, scale))
+        for n, churn in settings
     ]
-    settings = [(n, c) for n in sizes for c in (0.01, 0.03) if n < 5000 or c == 0.03]
-    accuracy, worst = _check(settings, "accuracy", trials, workers)
-    nll, nll_worst = _check([(360, 0.03), (1000, 0.03)], "nll", trials, workers)
-    return [*head, *accuracy, *nll], max(worst, nll_worst)
+    counts = _run(cells, workers)
+    lines = [
+        "| n | churn | stated (median) | trials | gate: accuracy FAILs | oracle, exact (full "
+        "alpha) |",
+        "|---|---|---|---|---|---|",
+    ]
+    rates = []
+    for (_, n, churn, drop, trials), count in zip(cells, counts, strict=True):
+        rate = count["fail_accuracy"] / trials
+        rates.append(rate)
+        lines.append(
+            f"| {n} | {churn:.0%} | {drop:.4f} | {trials} | {rate:.3f} "
+            f"| {_oracle(n, churn, drop):.3f} |"
+        )
+    return lines, {
+        "gate_power_at_stated_detectable_min": min(rates),
+        "gate_power_at_stated_detectable_max": max(rates),
+    }
 
 
-def false_pass(sizes: tuple[int, ...] = (72, 360, 1000, 5000)) -> tuple[list[str], float]:
-    """Table 4: P(PASS) when the true drop equals the tolerance, summed exactly over (b, c)."""
-    lines = ["| n | churn 0% | churn 1% | churn 3% | churn 5% |", "|---|---|---|---|---|"]
+def false_pass(sizes: tuple[int, ...] = (72, *SIZES)) -> tuple[list[str], float]:
+    """Table 6: P(PASS) when the true drop equals the tolerance, summed exactly."""
+    lines = [
+        "| n | " + " | ".join(f"churn {c:.0%}" for c in (0.0, *CHURNS)) + " |",
+        "|---|---|---|---|---|",
+    ]
     worst = 0.0
-    tolerance = float(TOLERANCE)
     for n in sizes:
-        row = []
-        for churn in CHURNS:
-            p_b, p_c = churn / 2 + tolerance, churn / 2
-            top = min(n, int(n * p_b + 12 * math.sqrt(n * p_b + 1)) + 5)
-            b = np.arange(top + 1)
-            total = 0.0
-            for wrong, weight in zip(b, stats.binom.pmf(b, n, p_b), strict=True):
-                if weight < 1e-14:
-                    continue
-                c = np.arange(0, n - wrong + 1)
-                law = (
-                    stats.binom.pmf(c, n - wrong, p_c / (1 - p_b))
-                    if p_c > 0
-                    else (c == 0).astype(float)
-                )
-                keep = law > 1e-14
-                passed = [
-                    within_tolerance(int(wrong), int(x), n, tolerance, ALPHA) for x in c[keep]
-                ]
-                total += weight * float((law[keep] * np.array(passed)).sum())
-            worst = max(worst, total)
-            row.append(f"{total:.4f}")
-        lines.append(f"| {n} | " + " | ".join(row) + " |")
+        row = [pass_probability(n, c / 2, TOLERANCE, TOLERANCE, ALPHA) for c in (0.0, *CHURNS)]
+        worst = max(worst, *row)
+        lines.append(f"| {n} | " + " | ".join(f"{p:.4f}" for p in row) + " |")
     return lines, worst
 
 
-def run(quick: bool = False, scale: float = 1.0, workers: int = 2) -> dict[str, Any]:
-    """Print the four tables; return the headline numbers for `make bench`."""
+def run(quick: bool = False, workers: int = 2, tables: Path | None = None) -> dict[str, Any]:
+    """Print the six tables (and write them to ``tables``); return the headline numbers."""
     start = time.perf_counter()
-    null_trials = int((300 if quick else 600) * scale)
-    power_trials = int((100 if quick else 250) * scale)
-    detect_trials = int((80 if quick else 200) * scale)
-    print("\n## Family-wise false FAIL under the null (exchangeable retrains)\n")
-    table, fwer = false_alarms(null_trials, workers)
-    print("\n".join(table))
-    print(
-        f"\n## Accuracy's power, gate vs the exact single-metric oracle ({power_trials} trials)\n"
-    )
-    table, gap = power(power_trials, workers)
-    print("\n".join(table))
-    print(f"\n## Detectable drop stated vs simulated 80%-power point ({detect_trials} trials)\n")
-    table, error = detectable(detect_trials, workers, (360, 1000) if quick else (360, 1000, 5000))
-    print("\n".join(table))
-    print("\n## False PASS when the true drop equals the tolerance (exact)\n")
-    table, worst_pass = false_pass((72, 360, 1000) if quick else (72, 360, 1000, 5000))
-    print("\n".join(table))
+    scale = 0.25 if quick else 1.0
+    document = [
+        "# Gate statistics: FAIL at the tolerance, power, honest retrains",
+        "",
+        f"Default config (alpha {ALPHA}, accuracy tolerance {TOLERANCE}, 2000 sign flips), five "
+        f"metrics, base accuracy {ACCURACY}, ten classes; `python -m bench --only gate_power`.",
+    ]
+    results: dict[str, Any] = {}
+    sections = [
+        ("1. FAIL at a true drop equal to the tolerance, and power beyond it", at_tolerance),
+        ("2. Accuracy's power at n = 360, churn 3%: family against oracle", small_drops),
+        ("3. An honest retrain (no drop, churn 3%): how the week reads", honest),
+        ("4. Family-wise false FAIL with zero tolerances, nothing changed", zero_tolerance),
+        ("5. The stated detectable drop (accuracy) and the FAIL rate there", detectable),
+    ]
+    for title, table in sections:
+        lines, numbers = table(scale, workers)
+        document += ["", f"## {title}", "", *lines]
+        results.update(numbers)
+        print("\n".join(document[-len(lines) - 3 :]), flush=True)
+    lines, worst_pass = false_pass()
+    document += ["", "## 6. False PASS at a true drop equal to the tolerance (exact)", "", *lines]
+    print("\n".join(document[-len(lines) - 3 :]))
+    results["gate_false_pass_worst"] = worst_pass
     elapsed = time.perf_counter() - start
+    results["gate_power_bench_s"] = elapsed
+    document += ["", f"{elapsed:.0f} s on {workers} worker process(es)."]
     print(f"\n{elapsed:.0f} s")
-    return {
-        "gate_fwer_worst_excess_se": fwer,
-        "gate_power_worst_gap": gap,
-        "gate_detectable_worst_error": error,
-        "gate_false_pass_worst": float(worst_pass),
-        "gate_power_bench_s": elapsed,
-    }
+    if tables is not None:
+        tables.write_text("\n".join(document) + "\n")
+    return results
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer trials and sizes")
-    parser.add_argument(
-        "--trials-scale", type=float, default=1.0, help="multiply every trial count"
-    )
+    parser.add_argument("--quick", action="store_true", help="a quarter of the trials")
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     args = parser.parse_args()
-    run(args.quick, args.trials_scale, args.workers)
+    run(args.quick, args.workers)

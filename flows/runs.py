@@ -107,16 +107,20 @@ def fail(headline: str, details: Sequence[str]) -> State:
 def outcome_line(state: State) -> str:
     """How a finished run reads in a terminal: its verdict, or what a Completed week found.
 
-    ``flow run Completed: 2026-W40: PASS, 2 evaluation(s), 0 warning(s); report file:///...``
+    ``flow run Completed: 2026-W40: PASS, 2 evaluation(s), 0 warning(s); report file:///...``;
+    unresolved comparisons (informational) are counted after the warnings.
     """
     text = state.message or ""
     if state.is_completed() and not text:
         result = state.result(raise_on_failure=False)
         if isinstance(result, dict) and {"week", "verdict", "evaluations"} <= set(result):
             unsure = len(result.get("inconclusive", []))
+            unresolved = len(result.get("unresolved", []))
             text = (
                 f"{result['week']}: {result['verdict']}, {result['evaluations']} evaluation(s), "
                 + (f"{unsure} inconclusive, " if unsure else "")
-                + f"{len(result.get('warnings', []))} warning(s); report {result.get('report')}"
+                + f"{len(result.get('warnings', []))} warning(s)"
+                + (f", {unresolved} unresolved" if unresolved else "")
+                + f"; report {result.get('report')}"
             )
     return f"flow run {state.name}: {text}" if text else f"flow run {state.name}"

@@ -34,6 +34,7 @@ from evalsentry.pipeline import (
     binding_text,
     new_run_id,
     not_evaluated,
+    tolerance_warnings,
     week_results,
 )
 from evalsentry.report import run_scope
@@ -93,6 +94,13 @@ def _verdict(report: GateReport, drifted: Sequence[DriftResult]) -> State:
         )
     failed: State = fail(headline, [c.describe() for c in report.problems] + drift)
     return failed
+
+
+def _warn(lines: Sequence[str]) -> None:
+    """Log each line as a warning of the flow run (one line each, nothing fails)."""
+    logger = get_run_logger()
+    for line in lines:
+        logger.warning(line)
 
 
 Job = tuple[Target, Evalset, dict[str, Any]]
@@ -337,6 +345,7 @@ def _run_plan(run: RunContext, plan: WeekPlan, runner: RunnerChoice) -> Ran:
     )
     for outcome in plan.errors:
         logger.error(outcome.evaluation["error"])
+    _warn(tolerance_warnings(settings, names))  # the run goes on
     if plan.pairs and runner.times_here:
         prestart()  # the evaluation process imports torch while the evalsets are validated
     validations, invalid = _validate_all(names, settings.evalsets_dir, week)
@@ -418,7 +427,8 @@ def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None)
         "week": week,
         "verdict": str(report.verdict),
         "warnings": [c.describe() for c in report.warnings],
-        "inconclusive": [c.describe() for c in report.inconclusive],
+        "inconclusive": [c.describe() for c in report.possible_regressions],
+        "unresolved": [c.describe() for c in report.unresolved],
         "evaluations": len(evaluations),
         "evaluated_by_this_run": len(ran.outcomes),
         "partial": partial,

@@ -2,8 +2,8 @@
 
 Week 1: the first model is in production; its result becomes the baseline.
 Week 2: a good retrain is promoted; the gate compares it with week 1 and finds no regression
-        (accuracy PASSes; nll is INCONCLUSIVE: 719 rows cannot show a retrain's loss within
-        10% of 0.07, which the run reports without failing).
+        (accuracy PASSes; nll is INCONCLUSIVE, unresolved: 719 rows cannot show a retrain's
+        loss within 10% of 0.067, which the week reads as PASS and reports without failing).
 Week 3: a retrain on mislabelled data (a broken labelling batch on three classes) is promoted;
         the weekly flow run ends Failed and names the drop.
 

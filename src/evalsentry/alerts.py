@@ -124,7 +124,9 @@ def summary(
 
     Args:
         report: the gate's report; its gating FAIL, ERROR, INCONCLUSIVE and WARN comparisons
-            are counted, its problems (FAIL, ERROR; INCONCLUSIVE when strict) listed.
+            are counted, its problems (FAIL, ERROR; INCONCLUSIVE when strict) listed. An
+            INCONCLUSIVE counts as one when it may be a regression; an unresolved one (the
+            evalset cannot resolve the tolerance) is informational, counted as UNRESOLVED.
         drifted: drift checks that failed the run (counted, and listed up to ``limit``).
         title: the first line of ``text``; ``"<week> failed"`` unless given.
         run_name: the flow run's name, shown and returned when known.
@@ -134,7 +136,8 @@ def summary(
     Returns:
         A dict of plain JSON types (no NaN, no numpy scalars): ``week``, ``gate`` (the
         worst gating verdict: PASS when only drift failed the run),
-        ``counts`` (FAIL, ERROR, INCONCLUSIVE, WARN, DRIFT), ``models``, ``worst``, ``more``, ``drift``,
+        ``counts`` (FAIL, ERROR, INCONCLUSIVE, WARN, DRIFT, UNRESOLVED), ``models``, ``worst``,
+        ``more``, ``drift``,
         ``run`` and ``text``.
     """
     bad = sorted(report.problems, key=_worst_first)
@@ -144,15 +147,17 @@ def summary(
     counts = {
         str(Verdict.FAIL): len(report.failures),
         str(Verdict.ERROR): len(report.errors),
-        str(Verdict.INCONCLUSIVE): len(report.inconclusive),
+        str(Verdict.INCONCLUSIVE): len(report.possible_regressions),
         str(Verdict.WARN): len(report.warnings),
         "DRIFT": len(drifted),
+        "UNRESOLVED": len(report.unresolved),
     }
     heading = title or f"{report.week} failed"
     lines = [
         f"evalsentry: {heading}: {counts['FAIL']} regression(s), {counts['ERROR']} error(s), "
         + (f"{counts['INCONCLUSIVE']} inconclusive, " if counts["INCONCLUSIVE"] else "")
         + f"{counts['WARN']} warning(s), {counts['DRIFT']} drift failure(s)"
+        + (f" ({counts['UNRESOLVED']} unresolved, informational)" if counts["UNRESOLVED"] else "")
     ]
     lines += [_line(row, c) for row, c in zip(rows, shown, strict=True)]
     if len(bad) > limit:

@@ -1,16 +1,20 @@
 """One paired comparison of two evaluations' per-example columns: measure, then decide.
 
 :func:`measure` is pure arithmetic on aligned columns: per metric and unit (overall, or one
-slice), both values, the drop, its test (exact McNemar for count metrics, a paired sign-flip
-test for the others, all on one set of shared swaps), the upper confidence bound of the drop,
-and the flips. :func:`decide` applies the family correction (a primary-first Westfall-Young
-family over the gating units, Benjamini-Hochberg over the report-only ones) and gives each its
-verdict:
+slice), both values, the drop, two tests of it (against the tolerance, and against no change:
+the exact margin test of :mod:`evalsentry.margin` and exact McNemar for count metrics, paired
+sign flips for the others, all on one set of shared swaps), the upper confidence bound of the
+drop, and the flips. :func:`decide` applies the family correction (a primary-first
+Westfall-Young family over the gating units, Benjamini-Hochberg over the report-only ones) and
+gives each its verdict:
 
-- FAIL when the drop is beyond the tolerance (exactly, for counts) and significant;
+- FAIL when the drop is significantly beyond the tolerance (``H0: drop <= tolerance`` rejected
+  after the family correction; beyond it exactly, in examples, for counts);
 - PASS when the drop's upper bound is within the tolerance (non-inferiority shown); WARN when
-  that holds but the drop is also significant;
-- INCONCLUSIVE otherwise, saying the drop this evalset could detect.
+  that holds but the drop is also significantly above zero;
+- INCONCLUSIVE otherwise, of one of two kinds: *possible regression* when the observed drop is
+  beyond the tolerance (but not significantly), *unresolved* when it is within the tolerance
+  but the evalset cannot show the bound within it. Either says the drop this evalset detects.
 
 Non-inferiority needs no multiplicity correction: a comparison passes only if every one of its
 tests shows it (an intersection-union test), so each bound is at the plain ``1 - alpha``.
@@ -29,20 +33,19 @@ import numpy as np
 from numpy.typing import NDArray
 
 from evalsentry.config import GatePolicy, Tolerance
+from evalsentry.margin import DEFAULT_POWER, detectable_drop, margin_p
 from evalsentry.metrics import OVERALL, Metric, get_metric
 from evalsentry.multiplicity import benjamini_hochberg, effective_levels, family_adjusted
-from evalsentry.resampling import Columns, permutation_p_values, swap_values
+from evalsentry.resampling import Columns, permutation_p_value, permutation_p_values, swap_values
 from evalsentry.stats import (
-    DEFAULT_POWER,
     PairedMethod,
     beyond,
-    detectable_drop,
     drop_upper_bound,
     flips,
     mcnemar_p,
     within_tolerance,
 )
-from evalsentry.verdicts import Verdict
+from evalsentry.verdicts import InconclusiveKind, Verdict
 
 FloatArray = NDArray[np.float64]
 Family = Literal["gate", "report"]
@@ -78,8 +81,11 @@ class Measurement:
     beyond: bool
     within: bool
     bound: float
+    #: One-sided p-value of ``H0: drop <= tolerance``: what a FAIL needs.
     p_value: float
     method: PairedMethod
+    #: One-sided p-value of ``H0: drop <= 0``: what a WARN (a real drop within tolerance) needs.
+    p_zero: float = 1.0
     newly_wrong: int | None = None
     newly_right: int | None = None
     flip_delta: float | None = None
@@ -97,6 +103,7 @@ class Decision:
     reason: str
     p_adjusted: float
     detectable: float | None
+    kind: InconclusiveKind | None = None
 
 
 def allowed_examples(tolerance: Tolerance, reference_count: int, n: int) -> Fraction:
@@ -153,7 +160,11 @@ def _count_measurement(
     values: tuple[FloatArray, FloatArray],
     policy: GatePolicy,
 ) -> Measurement:
-    """A count metric (accuracy-type): exact counts, exact tolerance, exact McNemar."""
+    """A count metric (accuracy-type): exact counts, exact tolerance, exact tests.
+
+    The exact margin test decides FAIL; exact McNemar (no change) decides WARN and, on each
+    swap, gives the null p-values the family correction reads.
+    """
     ref_ok, cur_ok = metric.correct(ref), metric.correct(cur)
     assert ref_ok is not None and cur_ok is not None  # noqa: S101 - count metrics define correct()
     n = int(ref_ok.size)
@@ -175,8 +186,9 @@ def _count_measurement(
         beyond=beyond(wrong, right, allowed),
         within=within_tolerance(wrong, right, n, margin, policy.alpha),
         bound=drop_upper_bound(wrong, right, n, policy.alpha),
-        p_value=float(mcnemar_p(wrong, wrong + right)),
-        method="mcnemar-exact",
+        p_value=margin_p(wrong, right, n, allowed),
+        method="exact-margin",
+        p_zero=float(mcnemar_p(wrong, wrong + right)),
         newly_wrong=wrong,
         newly_right=right,
         allowed=allowed,
@@ -194,10 +206,16 @@ def _swapped_measurement(
     policy: GatePolicy,
     delta: float,
 ) -> Measurement:
-    """Any other metric: the paired sign-flip test, and the bound from its null spread."""
+    """Any other metric: paired sign-flip tests, and the bound from their null spread.
+
+    The swaps' drops are the drop's null spread around no change; shifted to the tolerance they
+    are its spread around the tolerance (a shift model), so the test of the margin compares the
+    observed drop minus the tolerance with them, as PASS compares the drop plus their
+    ``1 - alpha`` quantile with the tolerance.
+    """
     drops = _orient(metric, *values)
     observed, null_drop = float(drops[0]), drops[1:]
-    p_value, null_p = permutation_p_values(null_drop, observed)
+    p_zero, null_p = permutation_p_values(null_drop, observed)
     reference_value = float(values[0][0])
     tolerance = policy.tolerance(metric.name).allowed_drop(reference_value)
     spread = float(np.nanquantile(null_drop, 1 - policy.alpha)) if null_drop.size else 0.0
@@ -216,8 +234,9 @@ def _swapped_measurement(
         beyond=observed > tolerance and not tied,
         within=bound <= tolerance or math.isclose(bound, tolerance, rel_tol=_TIE),
         bound=bound,
-        p_value=p_value,
+        p_value=permutation_p_value(null_drop, observed - tolerance),
         method="sign-flip",
+        p_zero=p_zero,
         newly_wrong=wrong,
         newly_right=right,
         flip_delta=flip_delta,
@@ -284,12 +303,12 @@ def _primary(measured: Sequence[Measurement], policy: GatePolicy) -> int | None:
 
 
 def detectable_of(m: Measurement, level: float) -> float | None:
-    """The true drop this test FAILs with 80% probability at ``level``, never below tolerance.
+    """The true drop this test FAILs with 80% probability at ``level``, always above tolerance.
 
-    Count metrics: exact (:func:`evalsentry.stats.detectable_drop`, from n, the observed churn,
+    Count metrics: exact (:func:`evalsentry.margin.detectable_drop`, from n, the observed churn,
     the tolerance in examples and the level). Others: the normal approximation
-    ``max(tolerance, critical drop) + z_0.8 * sd`` from the swaps' spread of the drop. None
-    when no drop the evalset can hold is detected that often, or the swaps show no spread.
+    ``tolerance + critical drop + z_0.8 * sd`` from the swaps' spread of the drop. None when no
+    drop the evalset can hold is detected that often, or the swaps show no spread.
     """
     if not 0.0 < level < 1.0:
         return None
@@ -300,45 +319,61 @@ def detectable_of(m: Measurement, level: float) -> float | None:
     if spread == 0.0:
         return None
     critical = float(np.quantile(null, 1 - level))
-    return max(m.tolerance, critical) + NormalDist().inv_cdf(DEFAULT_POWER) * spread
+    return m.tolerance + critical + NormalDist().inv_cdf(DEFAULT_POWER) * spread
 
 
-def _judge(m: Measurement, p_adjusted: float, level: float, alpha: float) -> Decision:
-    significant = m.drop > 0 and p_adjusted < alpha
-    if m.beyond and significant:
-        return Decision(Verdict.FAIL, "drop beyond tolerance and significant", p_adjusted, None)
+def _amount(m: Measurement, value: float, *, signed: bool = False) -> str:
+    """A drop, change or tolerance in the metric's units: points for a count metric."""
+    if m.allowed is not None:
+        return f"{value * 100:{'+' if signed else ''}.1f} pts"
+    return f"{value:{'+' if signed else ''}.3g}"
+
+
+def _inconclusive(m: Measurement, p_adjusted: float, alpha: float) -> tuple[InconclusiveKind, str]:
+    """Which kind of INCONCLUSIVE, and its words.
+
+    A drop beyond the tolerance that is not significantly beyond it is a possible regression;
+    anything else (a drop within the tolerance whose bound is not) is unresolved: the evalset
+    cannot tell the tolerance apart from no change, which says nothing against the model.
+    """
+    if m.beyond:
+        return "possible-regression", (
+            f"possible regression (observed drop {_amount(m, m.drop)} beyond the tolerance "
+            f"{_amount(m, m.tolerance)}, not significant: p={p_adjusted:.2g})"
+        )
+    change = m.value - m.reference_value
+    return "unresolved", (
+        f"cannot resolve ±{_amount(m, m.tolerance)} on {m.n} examples (observed change "
+        f"{_amount(m, change, signed=True)}; the drop may be up to {_amount(m, m.bound)}, "
+        f"{1 - alpha:.0%} bound)"
+    )
+
+
+def _judge(
+    m: Measurement, p_adjusted: float, p_zero: float, level: float, alpha: float, explain: bool
+) -> Decision:
+    if m.beyond and p_adjusted < alpha:
+        return Decision(Verdict.FAIL, "drop significantly beyond tolerance", p_adjusted, None)
     if m.within:
-        if significant:
+        if m.drop > 0 and p_zero < alpha:
             return Decision(Verdict.WARN, "significant drop within tolerance", p_adjusted, None)
         return Decision(Verdict.PASS, "", p_adjusted, None)
+    kind, why = _inconclusive(m, p_adjusted, alpha)
+    if not explain:
+        return Decision(Verdict.INCONCLUSIVE, why, p_adjusted, None, kind)
     detectable = detectable_of(m, level)
     can = (
         f"this evalset detects drops of about {detectable:.3f} or more"
         if detectable is not None
         else "this evalset is too small to detect a drop of this metric reliably"
     )
-    if m.beyond:
-        why = "drop beyond tolerance but not significant"
-    elif significant:
-        why = f"significant drop within tolerance so far, but up to {m.bound:+.4f} is not ruled out"
-    else:
-        why = (
-            f"not shown within tolerance: the drop may be up to {m.bound:+.4f} "
-            f"({1 - alpha:.0%} bound)"
-        )
-    return Decision(Verdict.INCONCLUSIVE, f"{why}; {can}", p_adjusted, detectable)
+    return Decision(Verdict.INCONCLUSIVE, f"{why}; {can}", p_adjusted, detectable, kind)
 
 
-def decide(measured: Sequence[Measurement], policy: GatePolicy) -> list[Decision]:
-    """Correct each family of one comparison and judge every measurement.
-
-    The gating family is corrected together (primary-first Westfall-Young on the shared swaps,
-    see :mod:`evalsentry.multiplicity`); the report-only family with Benjamini-Hochberg.
-
-    Returns:
-        One decision per measurement, in the order given.
-
-    """
+def _adjusted(
+    measured: Sequence[Measurement], p_values: Sequence[float], policy: GatePolicy
+) -> tuple[list[float], list[float]]:
+    """Each test's family-adjusted p-value, and the level it meets on its own in its family."""
     adjusted: list[float] = [1.0] * len(measured)
     levels: list[float] = [policy.alpha] * len(measured)
     gate = [i for i, m in enumerate(measured) if m.family == "gate"]
@@ -347,14 +382,40 @@ def decide(measured: Sequence[Measurement], policy: GatePolicy) -> list[Decision
         null_p = np.stack([m.null_p for m in members], axis=1)
         primary = _primary(members, policy)
         share = policy.secondary_share
-        family = family_adjusted([m.p_value for m in members], null_p, primary=primary, share=share)
+        family = family_adjusted([p_values[i] for i in gate], null_p, primary=primary, share=share)
         level = effective_levels(null_p, primary=primary, share=share, alpha=policy.alpha)
         for position, i in enumerate(gate):
             adjusted[i], levels[i] = family[position], level[position]
     report = [i for i, m in enumerate(measured) if m.family == "report"]
-    for i, q in zip(report, benjamini_hochberg([measured[i].p_value for i in report]), strict=True):
+    for i, q in zip(report, benjamini_hochberg([p_values[i] for i in report]), strict=True):
         adjusted[i], levels[i] = q, policy.alpha / len(report)
+    return adjusted, levels
+
+
+def decide(
+    measured: Sequence[Measurement], policy: GatePolicy, *, explain: bool = True
+) -> list[Decision]:
+    """Correct each family of one comparison and judge every measurement.
+
+    The gating family is corrected together (primary-first Westfall-Young on the shared swaps,
+    see :mod:`evalsentry.multiplicity`); the report-only family with Benjamini-Hochberg. Both
+    tests are corrected so: the margin tests (FAIL) and the tests against no change (WARN).
+    Their joint null is the same, read from the swaps: shifted to the tolerance, the drops
+    spread as they do around no change.
+
+    Args:
+        measured: The measurements of one comparison.
+        policy: Alpha, the primary metric, the secondaries' share.
+        explain: Whether an INCONCLUSIVE states the drop this evalset detects, the costliest
+            part of a decision; a simulation of the verdicts alone may leave it out.
+
+    Returns:
+        One decision per measurement, in the order given.
+
+    """
+    adjusted, levels = _adjusted(measured, [m.p_value for m in measured], policy)
+    zero, _ = _adjusted(measured, [m.p_zero for m in measured], policy)
     return [
-        _judge(m, p, level, policy.alpha)
-        for m, p, level in zip(measured, adjusted, levels, strict=True)
+        _judge(m, p, p0, level, policy.alpha, explain)
+        for m, p, p0, level in zip(measured, adjusted, zero, levels, strict=True)
     ]

@@ -256,6 +256,7 @@ def compare(
                     drop_bound=m.bound if math.isfinite(m.bound) else None,
                     detectable_drop=decision.detectable,
                     flip_delta=m.flip_delta,
+                    inconclusive_kind=decision.kind,
                 )
             )
     return _flag_nondeterminism(out, current, reference, pairs.current, pairs.reference)

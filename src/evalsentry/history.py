@@ -195,6 +195,8 @@ COMPARISONS_SCHEMA = pa.schema(
         ("kind", pa.string()),
         ("stage", pa.string()),
         ("checkpoint_sha256", pa.string()),
+        # Schema 2, with the margin test: "unresolved" or "possible-regression" (INCONCLUSIVE).
+        ("inconclusive_kind", pa.string()),
     ]
 )
 DRIFT = "drift"

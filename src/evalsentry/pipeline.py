@@ -165,6 +165,26 @@ def check_bindings(config: Config, available: Sequence[str]) -> None:
             raise ConfigError(config.trust.config_file, "", str(exc)) from None
 
 
+def tolerance_warnings(config: Config, available: Sequence[str]) -> list[str]:
+    """One line per configured tolerance finer than an evalset can certify, with the fix.
+
+    A warning, never an error: the run goes on, and a comparison the evalset cannot resolve
+    reads INCONCLUSIVE (unresolved). See :mod:`evalsentry.resolution`; the churn is the one
+    the history measured for each model line on the evalset, else the assumed one.
+    """
+    from evalsentry.resolution import evalset_resolutions, measured_comparisons
+
+    comparisons = measured_comparisons(config) if available else None
+    lines = []
+    for name in available:
+        try:
+            found = evalset_resolutions(config, name, comparisons)
+        except EvalsentryError:  # a broken manifest is the evalset's own ERROR, in validation
+            continue
+        lines += [r.warning() for r in found if r.too_fine]
+    return lines
+
+
 def bound_evalsets(model: str, config: Config, available: Sequence[str]) -> list[str] | None:
     """The evalsets ``model`` runs on: its ``models:`` binding, else the only evalset there is.
 

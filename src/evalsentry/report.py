@@ -80,11 +80,17 @@ INCONCLUSIVE_NOTE = (
 
 
 def counts_line(report: GateReport) -> str:
-    """``1 regression(s), 0 error(s), 2 inconclusive, 1 warning(s)``: the gating verdicts."""
-    unsure = f"{len(report.inconclusive)} inconclusive, " if report.inconclusive else ""
+    """``1 regression(s), 0 error(s), 2 inconclusive, 1 warning(s)``: the gating verdicts.
+
+    An unresolved INCONCLUSIVE is counted apart, as information: ``..., 1 unresolved``.
+    """
+    unsure = len(report.possible_regressions)
+    unresolved = len(report.unresolved)
     return (
         f"{len(report.failures)} regression(s), {len(report.errors)} error(s), "
-        f"{unsure}{len(report.warnings)} warning(s)"
+        + (f"{unsure} inconclusive, " if unsure else "")
+        + f"{len(report.warnings)} warning(s)"
+        + (f", {unresolved} unresolved" if unresolved else "")
     )
 
 

@@ -242,13 +242,25 @@ def swap_values(
     return [SwapValues(ref, cur, size) for _, _, _, size, ref, cur in results]
 
 
+def permutation_p_value(null_drops: FloatArray, observed: float) -> float:
+    """The one-sided p-value of an observed drop against the swaps' drops.
+
+    ``(1 + #{swapped drop >= observed}) / (R + 1)``, never 0 and exactly valid under
+    exchangeability. A NaN drop counts as "at least as large", which keeps the test
+    conservative; ties within 1e-12 relative count too; an observed NaN or infinity gives 1.
+    """
+    if not np.isfinite(observed):
+        return 1.0
+    drops = np.where(np.isnan(null_drops), np.inf, null_drops)
+    slack = 1e-12 * max(1.0, abs(observed))
+    return float((1 + np.count_nonzero(drops >= observed - slack)) / (null_drops.size + 1))
+
+
 def permutation_p_values(null_drops: FloatArray, observed: float) -> tuple[float, FloatArray]:
     """One-sided p-values of a drop: the observed one and each swap's, from the swaps themselves.
 
-    The observed p-value is ``(1 + #{swapped drop >= observed}) / (R + 1)``, never 0 and exactly
-    valid under exchangeability. Each swap's own p-value (for the family correction) is the share
-    of swaps whose drop is at least as large. A NaN drop counts as "at least as large", which
-    keeps the test conservative; ties within 1e-12 relative count too.
+    The observed p-value is :func:`permutation_p_value`. Each swap's own p-value (for the family
+    correction) is the share of swaps whose drop is at least as large, NaN counted as larger.
 
     Args:
         null_drops: Drops under the R swaps, oriented so that positive means worse.
@@ -262,8 +274,6 @@ def permutation_p_values(null_drops: FloatArray, observed: float) -> tuple[float
     drops = np.where(np.isnan(null_drops), np.inf, null_drops)
     if not np.isfinite(observed):
         return 1.0, np.ones(size)
-    slack = 1e-12 * max(1.0, abs(observed))
-    p_observed = float((1 + np.count_nonzero(drops >= observed - slack)) / (size + 1))
     own_slack = 1e-12 * np.maximum(1.0, np.abs(np.where(np.isfinite(drops), drops, 0.0)))
     at_least = size - np.searchsorted(np.sort(drops), drops - own_slack, side="left")
-    return p_observed, at_least / max(size, 1)
+    return permutation_p_value(null_drops, observed), at_least / max(size, 1)

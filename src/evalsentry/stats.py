@@ -1,15 +1,15 @@
-"""Paired tests on counts: exact McNemar, a non-inferiority bound, and the detectable drop.
+"""Paired tests on counts: exact McNemar and the non-inferiority bound.
 
 The regression gate evaluates the reference and the current checkpoint on the same frozen
 examples, so every test here is *paired*: only the discordant examples (newly wrong ``b``,
 newly right ``c``) carry information. All tests are one-sided, for "the current model is worse".
 Drops and tolerances of count metrics are compared in exact arithmetic (:func:`beyond`), so a
-drop equal to the tolerance is within it.
+drop equal to the tolerance is within it. The test of a drop against the tolerance itself, what
+a FAIL needs, is :mod:`evalsentry.margin`; McNemar here tests against no change.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -20,19 +20,17 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from evalsentry.binomial import binomial_tails
+from evalsentry.margin import tango_z
 
-PairedMethod = Literal["mcnemar-exact", "sign-flip"]
+#: How a comparison's drop was tested: the exact margin test of a count metric
+#: (:mod:`evalsentry.margin`), paired sign flips of any other; ``mcnemar-exact`` is the test of
+#: no change, and what the history's count comparisons recorded before the margin test.
+PairedMethod = Literal["exact-margin", "mcnemar-exact", "sign-flip"]
 
-DEFAULT_POWER = 0.8
 # Under H0 a discordant example is equally likely to flip either way.
 _NULL_FLIP_PROBABILITY = 0.5
 # Bisection steps for bounds in [0, 1]: 2**-60 is far below any reported digit.
 _BISECTION_STEPS = 60
-# Bisection steps for a detectable drop: 2**-30 (1e-9) is far below the 3 digits it is shown with.
-_DROP_STEPS = 30
-# Discordant counts further than this many standard deviations from their mean are ignored
-# by the power sum: their probability is below 1e-20.
-_TAIL_SDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -44,7 +42,7 @@ class PairedResult:
         newly_wrong: Examples the reference got right and the current got wrong (b).
         newly_right: Examples the reference got wrong and the current got right (c).
         n: Number of paired examples.
-        method: ``"mcnemar-exact"`` or ``"sign-flip"``.
+        method: ``"mcnemar-exact"``.
 
     """
 
@@ -123,22 +121,8 @@ def beyond(newly_wrong: int, newly_right: int, allowed: Fraction) -> bool:
 
 
 def _tango_z(newly_wrong: int, newly_right: int, n: int, margin: float) -> float:
-    """Tango's score statistic for the paired difference ``p_b - p_c`` at ``margin``.
-
-    Tango (1998), Stat Med 17:891: the variance uses the maximum-likelihood cell probabilities
-    under the constraint ``p_b - p_c = margin``, which keeps the statistic honest when few or no
-    examples changed.
-    """
-    b, c = float(newly_wrong), float(newly_right)
-    a = 2.0 * n
-    slope = -b - c + (2.0 * n - b + c) * margin
-    const = -c * margin * (1.0 - margin)
-    p_c = (-slope + math.sqrt(max(slope * slope - 4.0 * a * const, 0.0))) / (2.0 * a)
-    variance = n * (2.0 * p_c + margin * (1.0 - margin))
-    difference = b - c - n * margin
-    if variance <= 0.0:
-        return 0.0 if difference == 0 else math.copysign(math.inf, difference)
-    return difference / math.sqrt(variance)
+    """Tango's score statistic for the paired difference ``p_b - p_c`` at ``margin`` (one value)."""
+    return float(tango_z(newly_wrong, newly_right, n, margin))
 
 
 def within_tolerance(
@@ -183,112 +167,6 @@ def drop_upper_bound(newly_wrong: int, newly_right: int, n: int, alpha: float) -
             low = middle
         else:
             high = middle
-    return high
-
-
-def _discordant_range(n: int, discordance: float) -> tuple[int, int]:
-    """The discordant counts with any real probability: mean +- ``_TAIL_SDS`` sd."""
-    mean, sd = n * discordance, math.sqrt(n * discordance * (1.0 - discordance))
-    return max(0, math.floor(mean - _TAIL_SDS * sd) - 1), min(
-        n, math.ceil(mean + _TAIL_SDS * sd) + 1
-    )
-
-
-def _first_counts(m: NDArray[np.int64], allowed: Fraction, level: float) -> NDArray[np.int64]:
-    """For each discordant count m, the fewest newly wrong that FAIL: beyond and significant."""
-    # Beyond the tolerance: 2b > m + allowed, in integers.
-    num, den = allowed.numerator, allowed.denominator
-    needed = (m * den + num) // (2 * den) + 1
-    # Significant: bisection on b for every m at once (the p-value falls as b grows).
-    low, high = np.zeros_like(m), m + 1
-    for _ in range(max(1, math.ceil(math.log2(int(m.max(initial=0)) + 2)) + 1)):
-        middle = (low + high) // 2
-        significant = mcnemar_p(middle, m) < level
-        high = np.where(significant, middle, high)
-        low = np.where(significant, low, middle + 1)
-    return np.asarray(np.maximum(np.maximum(needed, high), 1), np.int64)
-
-
-def _power(
-    n: int, rate: float, drop: float, m: NDArray[np.int64], first: NDArray[np.int64]
-) -> float:
-    """The FAIL probability for a drop, given the fewest-failing counts over a range of m."""
-    discordance = min(1.0, 2.0 * rate + drop)
-    if discordance <= 0.0:
-        return 0.0
-    share_wrong = (rate + drop) / discordance
-    lowest, highest = _discordant_range(n, discordance)
-    keep = (m >= lowest) & (m <= highest)
-    m, first = m[keep], first[keep]
-    below = np.where(m > 0, binomial_tails(np.maximum(m - 1, 0), n, discordance)[0], 0.0)
-    p_m = np.maximum(binomial_tails(m, n, discordance)[0] - below, 0.0)
-    detected = np.where(
-        first <= m, binomial_tails(np.minimum(first, m) - 1, m, share_wrong)[1], 0.0
-    )
-    return float(np.clip((p_m * detected).sum(), 0.0, 1.0))
-
-
-def fail_power(
-    n: int, newly_right_rate: float, drop: float, allowed: Fraction, level: float
-) -> float:
-    """Probability that the exact count test FAILs a true drop, summed exactly over outcomes.
-
-    The model of the two checkpoints: each example is newly right with probability
-    ``newly_right_rate`` (the churn of retraining) and newly wrong with that plus ``drop``. The
-    gate FAILs when ``b - c > allowed`` (exactly) and the McNemar p-value is below ``level``.
-    """
-    lowest, highest = _discordant_range(n, min(1.0, 2.0 * newly_right_rate + drop))
-    m = np.arange(lowest, highest + 1, dtype=np.int64)
-    return _power(n, newly_right_rate, drop, m, _first_counts(m, allowed, level))
-
-
-def detectable_drop(
-    n: int,
-    newly_right: int,
-    allowed: Fraction,
-    level: float,
-    power: float = DEFAULT_POWER,
-    largest: float = 1.0,
-) -> float | None:
-    """The smallest true drop the exact count test FAILs with probability ``power``.
-
-    Computed from n, the observed churn (``newly_right / n`` of the examples are newly right, as
-    many again would be newly wrong without a drop), the tolerance in examples (``allowed``) and
-    the level the test actually meets inside its family. It is always above the tolerance: a true
-    drop at the tolerance beats it about half of the time.
-
-    Args:
-        n: Paired examples.
-        newly_right: Examples only the current got right (c): the churn estimate.
-        allowed: The tolerance in examples, exactly.
-        level: The p-value the test must get below, after the family's adjustment.
-        power: Probability of detection, in (0, 1).
-        largest: The largest drop there can be: the reference's accuracy.
-
-    Returns:
-        The drop in accuracy units, or None when no drop up to ``largest`` is detected that
-        often (too few examples).
-
-    """
-    if not 0.0 < power < 1.0 or not 0.0 < level < 1.0:
-        raise ValueError(f"power and level must lie in (0, 1), got {power} and {level}")
-    rate = newly_right / n
-    low, high = float(allowed / n), min(largest, 1.0 - rate)
-    if high <= low:
-        return None
-    # The fewest failing counts do not depend on the drop: find them once for every m in reach.
-    lowest = _discordant_range(n, min(1.0, 2.0 * rate + low))[0]
-    highest = _discordant_range(n, min(1.0, 2.0 * rate + high))[1]
-    m = np.arange(lowest, highest + 1, dtype=np.int64)
-    first = _first_counts(m, allowed, level)
-    if _power(n, rate, high, m, first) < power:
-        return None
-    for _ in range(_DROP_STEPS):
-        middle = (low + high) / 2
-        if _power(n, rate, middle, m, first) >= power:
-            high = middle
-        else:
-            low = middle
     return high
 
 

@@ -1,8 +1,11 @@
 """What the gate says: the verdict of one comparison, and the report of a gate run.
 
-- FAIL: the drop exceeds the tolerance and is significant after the family's correction.
+- FAIL: the drop is significantly beyond the tolerance, after the family's correction.
 - INCONCLUSIVE: neither a regression nor a drop within tolerance is shown: the evalset is too
   small or too noisy to tell (the message says what it could detect). Exit 0, or 1 when strict.
+  Of two kinds: a *possible regression* (the observed drop is beyond the tolerance, not
+  significantly), or *unresolved* (the observed drop is within the tolerance, its bound is not):
+  the first is a week's news, the second only says the evalset is too small for the tolerance.
 - WARN: a significant drop within tolerance; or the same checkpoint on the same data gave
   different predictions.
 - ERROR: not comparable (evalset changed, metric or predictions missing, evaluation failed).
@@ -15,13 +18,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from evalsentry.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
 from evalsentry.metrics import OVERALL
 from evalsentry.names import NO_EVALSET
 
 BRIEF_REASON_CHARS = 60  # an ERROR's reason in a headline: enough for the cause, not its path
+
+#: Which kind of INCONCLUSIVE: the observed drop beyond the tolerance but not significantly
+#: ("possible-regression"), or within it with a bound that is not ("unresolved").
+InconclusiveKind = Literal["unresolved", "possible-regression"]
+UNRESOLVED: InconclusiveKind = "unresolved"
 
 
 class Verdict(StrEnum):
@@ -108,6 +116,13 @@ class Comparison:
     kind: str | None = None
     stage: str | None = None
     checkpoint_sha256: str | None = None
+    #: An INCONCLUSIVE's kind (:data:`InconclusiveKind`); None for any other verdict.
+    inconclusive_kind: str | None = None
+
+    @property
+    def unresolved(self) -> bool:
+        """An INCONCLUSIVE that only says the evalset cannot resolve the tolerance: no news."""
+        return self.verdict == Verdict.INCONCLUSIVE and self.inconclusive_kind == UNRESOLVED
 
     @classmethod
     def not_evaluated(
@@ -187,13 +202,13 @@ class Comparison:
     def change(self) -> str:
         """The signed change from the reference: percentage points for an accuracy-type metric.
 
-        An accuracy-type metric (a proportion of examples, tested by McNemar) changes by
+        An accuracy-type metric (a proportion of examples, a count test) changes by
         ``-6.8 pts``; any other by the signed change of its value to 3 significant digits.
         Empty when nothing was measured.
         """
         if self.delta is None:
             return ""
-        if self.method == "mcnemar-exact":
+        if self.method in ("exact-margin", "mcnemar-exact"):
             return f"{self.delta * 100:+.1f} pts"
         return f"{self.delta:+.3g}"
 
@@ -297,9 +312,24 @@ class GateReport:
         return self._with(Verdict.INCONCLUSIVE)
 
     @property
+    def possible_regressions(self) -> list[Comparison]:
+        """Gating INCONCLUSIVEs that may be regressions (any not known to be unresolved)."""
+        return [c for c in self.inconclusive if not c.unresolved]
+
+    @property
+    def unresolved(self) -> list[Comparison]:
+        """Gating INCONCLUSIVEs within tolerance that the evalset cannot resolve: informational."""
+        return [c for c in self.inconclusive if c.unresolved]
+
+    @property
     def verdict(self) -> Verdict:
-        """The worst gating verdict (PASS when there is nothing to compare)."""
-        gating = [c.verdict for c in self.comparisons if c.gating]
+        """The worst gating verdict (PASS when there is nothing to compare).
+
+        An unresolved INCONCLUSIVE is informational and does not count, unless ``strict``.
+        """
+        gating = [
+            c.verdict for c in self.comparisons if c.gating and (self.strict or not c.unresolved)
+        ]
         return max(gating, key=SEVERITY.__getitem__, default=Verdict.PASS)
 
     @property
@@ -321,14 +351,18 @@ class GateReport:
     def headline(self) -> str:
         """One line that leads with the worst problem and counts the rest.
 
-        ``2026-W49: FAIL digits@v3 accuracy -6.8 pts (p=6e-11) and 3 more``; without a
-        problem, the verdict, the number of inconclusive comparisons (if any) and of warnings.
+        ``2026-W49: FAIL digits@v3 accuracy -6.8 pts (p=6e-11) and 3 more``. Without a problem:
+        the verdict, the possible regressions (INCONCLUSIVE, if any), the warnings, and the
+        unresolved comparisons (if any; informational): ``2026-W49: PASS, 0 warning(s),
+        2 unresolved``.
         """
         problems = self.problems
         if not problems:
-            unsure = len(self.inconclusive)
+            unsure = len(self.possible_regressions)
             counts = f"{unsure} inconclusive, " if unsure else ""
-            return f"{self.week}: {self.verdict}, {counts}{len(self.warnings)} warning(s)"
+            unresolved = len(self.unresolved)
+            note = f", {unresolved} unresolved" if unresolved else ""
+            return f"{self.week}: {self.verdict}, {counts}{len(self.warnings)} warning(s){note}"
         several = len({c.evalset for c in self.comparisons}) > 1
         text = f"{self.week}: {problems[0].brief(with_evalset=several)}"
         return text + (f" and {len(problems) - 1} more" if len(problems) > 1 else "")

@@ -22,7 +22,7 @@ def test_demo_story_completes_twice_then_catches_the_regression(tmp_path: Path) 
     assert [state.name for _, state in results] == ["Completed", "Completed", "Failed"]
     message = results[-1][1].message
     assert "digits@v3 on digits: accuracy vs previous-week" in message
-    assert "drop beyond tolerance and significant" in message
+    assert "drop significantly beyond tolerance" in message
     evaluations = History(
         load_config(tmp_path / "demo" / "evalsentry.yaml").store_url
     ).evaluations()

@@ -54,7 +54,8 @@ def _error() -> Comparison:
 
 class TestSummary:
     def test_counts_only_gating_verdicts(self) -> None:
-        """FAIL, ERROR, INCONCLUSIVE and WARN are counted over gating comparisons only."""
+        """FAIL, ERROR, INCONCLUSIVE and WARN are counted over gating comparisons only; an
+        unresolved INCONCLUSIVE is counted apart, as information, not as an inconclusive."""
         report = GateReport(
             "2026-W41",
             [
@@ -62,7 +63,8 @@ class TestSummary:
                 _fail(0.2, metric="macro_f1"),
                 _fail(0.5, gating=False),
                 _comparison(Verdict.WARN),
-                _comparison(Verdict.INCONCLUSIVE),
+                _comparison(Verdict.INCONCLUSIVE, inconclusive_kind="possible-regression"),
+                _comparison(Verdict.INCONCLUSIVE, metric="nll", inconclusive_kind="unresolved"),
                 _comparison(Verdict.PASS),
                 _error(),
             ],
@@ -74,8 +76,10 @@ class TestSummary:
             "INCONCLUSIVE": 1,
             "WARN": 1,
             "DRIFT": 0,
+            "UNRESOLVED": 1,
         }
         assert "2 regression(s), 1 error(s), 1 inconclusive, 1 warning(s)" in payload["text"]
+        assert "(1 unresolved, informational)" in payload["text"]
         assert payload["gate"] == "ERROR" and payload["week"] == "2026-W41"
 
     def test_worst_rows_come_first_and_the_rest_are_counted(self) -> None:

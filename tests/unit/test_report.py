@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import xmlschema
@@ -162,6 +163,16 @@ def test_markdown_marks_inconclusive_and_says_what_it_means() -> None:
     assert "fails the gate (strict)" in gate_markdown(
         GateReport("2026-W41", report.comparisons, True)
     )
+
+
+def test_markdown_counts_unresolved_apart_from_inconclusive() -> None:
+    """An unresolved INCONCLUSIVE is counted as information after the warnings, not as an
+    inconclusive: the week it leaves alone reads PASS."""
+    unresolved = replace(comparison(Verdict.INCONCLUSIVE), inconclusive_kind="unresolved")
+    report = GateReport("2026-W41", [unresolved, comparison(Verdict.PASS)])
+    text = gate_markdown(report)
+    assert "0 regression(s), 0 error(s), 0 warning(s), 1 unresolved" in text
+    assert report.verdict == Verdict.PASS
 
 
 def test_regression_flips_say_worse_and_better_by_a_delta() -> None:

@@ -1,4 +1,7 @@
-"""Paired count tests: exact McNemar, exact tolerance, the non-inferiority bound, Holm, detectable drops."""
+"""Paired count tests: exact McNemar, exact tolerance, the non-inferiority bound, Holm.
+
+The margin test that FAIL needs, and detectable drops, are tested in test_margin.py.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +18,9 @@ from scipy import stats
 from evalsentry.stats import (
     PairedResult,
     beyond,
-    detectable_drop,
     drop_upper_bound,
-    fail_power,
     holm,
     mcnemar_drop_pvalue,
-    mcnemar_p,
     within_tolerance,
 )
 
@@ -203,39 +203,3 @@ class TestUpperBound:
         )
         assert probability.sum() > 0.999
         assert (probability * passed).sum() <= ALPHA + 0.002
-
-
-class TestDetectableDrop:
-    def test_power_sum_matches_simulation(self) -> None:
-        """The exact power of the count test agrees with 20,000 simulated pairs to 0.01."""
-        n, churn, drop, allowed = 360, 0.015, 0.03, Fraction("0.01") * 360
-        rng = np.random.default_rng(3)
-        cells = rng.multinomial(n, [churn + drop, churn, 1 - 2 * churn - drop], size=20_000)
-        b, c = cells[:, 0], cells[:, 1]
-        simulated = ((b - c > allowed) & (mcnemar_p(b, b + c) < ALPHA)).mean()
-        assert fail_power(n, churn, drop, allowed, ALPHA) == pytest.approx(simulated, abs=0.01)
-
-    @pytest.mark.parametrize(("n", "newly_right"), [(360, 0), (360, 9), (1000, 15), (5000, 50)])
-    def test_is_the_80_percent_power_point_and_above_the_tolerance(
-        self, n: int, newly_right: int
-    ) -> None:
-        """At the stated drop the test FAILs 80% of the time; it is never below the tolerance."""
-        allowed = Fraction("0.01") * n
-        drop = detectable_drop(n, newly_right, allowed, ALPHA)
-        assert drop is not None and drop > 0.01
-        rate = newly_right / n
-        assert fail_power(n, rate, drop, allowed, ALPHA) == pytest.approx(0.8, abs=1e-3)
-        assert fail_power(n, rate, drop * 0.9, allowed, ALPHA) < 0.8
-
-    def test_more_churn_and_a_stricter_level_need_bigger_drops(self) -> None:
-        """Noisier retrains and a family's smaller level both raise the detectable drop."""
-        allowed = Fraction("0.01") * 1000
-        base = detectable_drop(1000, 5, allowed, ALPHA)
-        assert base is not None
-        assert detectable_drop(1000, 25, allowed, ALPHA) > base  # type: ignore[operator]
-        assert detectable_drop(1000, 5, allowed, ALPHA / 5) > base  # type: ignore[operator]
-
-    def test_too_small_an_evalset_detects_nothing(self) -> None:
-        """Five examples at accuracy 0.9 cannot reach 80% power for any drop: None."""
-        assert detectable_drop(5, 0, Fraction("0.01") * 5, ALPHA, largest=0.9) is None
-        assert detectable_drop(5, 0, Fraction("0.01") * 5, ALPHA) is not None  # all 5 wrong

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,6 +16,9 @@ from evalsentry.cli._app import (
 )
 from evalsentry.cli.output import print_table
 from evalsentry.errors import UsageError
+
+if TYPE_CHECKING:
+    from evalsentry.config import Config
 
 
 @evalset_app.command("freeze")
@@ -100,6 +103,8 @@ def evalset_freeze(
     else:
         typer.echo("model output: predictions [N] or [N, 1]")
     typer.echo(f"evalset_sha256 {spec.evalset_sha256}")
+    # A new evalset has no history: the resolution rests on the assumed churn.
+    _print_resolution(_config(config), spec.name, measured=False)
 
 
 @evalset_app.command("verify")
@@ -194,7 +199,32 @@ def evalset_show(
     name: Annotated[str, typer.Argument(help="Evalset name (a folder under evalsets/).")],
     config: ConfigOption = None,
 ) -> None:
-    """Print an evalset's manifest."""
+    """Print an evalset's manifest, then (as YAML comments) what tolerances it can certify."""
     from evalsentry.evalsets import evalset_folder, read_manifest_text
 
-    typer.echo(read_manifest_text(evalset_folder(name, _config(config).evalsets_dir)), nl=False)
+    settings = _config(config)
+    typer.echo(read_manifest_text(evalset_folder(name, settings.evalsets_dir)), nl=False)
+    _print_resolution(settings, name, measured=True, prefix="# ")
+
+
+def _print_resolution(settings: Config, name: str, *, measured: bool, prefix: str = "") -> None:
+    """Per gated metric, print the smallest tolerance the evalset can certify.
+
+    A tolerance configured below it is also one warning line on stderr; the exit code stays.
+    """
+    from evalsentry.resolution import (
+        evalset_resolutions,
+        measured_comparisons,
+        resolution_heading,
+    )
+
+    comparisons = measured_comparisons(settings) if measured else None
+    found = evalset_resolutions(settings, name, comparisons)
+    if not found:
+        return
+    typer.echo(prefix + resolution_heading(found[0].rows, settings.gate.alpha))
+    for resolution in found:
+        typer.echo(f"{prefix}  {resolution.line()}")
+    for resolution in found:
+        if resolution.too_fine:
+            typer.echo(f"warning: {resolution.warning()}", err=True)

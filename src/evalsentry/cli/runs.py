@@ -59,12 +59,14 @@ def _something_to_evaluate(
 
     A store that cannot be written, no checkpoint to evaluate (an empty registry, a mistyped
     model), a binding to a missing evalset, an unknown ``--evalset``, or no checkpoint bound to
-    any evalset of the run: the run's own plan (``pipeline.plan_week``), made here first.
+    any evalset of the run: the run's own plan (``pipeline.plan_week``), made here first. A
+    tolerance finer than an evalset can certify is a warning on stderr, one line each; the run
+    goes on.
     """
     from evalsentry.errors import NothingToEvaluate, UsageError, did_you_mean
     from evalsentry.evalsets import list_evalsets
     from evalsentry.history import History
-    from evalsentry.pipeline import new_run_id, plan_week
+    from evalsentry.pipeline import new_run_id, plan_week, tolerance_warnings
     from evalsentry.registry import Registry
     from evalsentry.weeks import iso_week
 
@@ -88,6 +90,10 @@ def _something_to_evaluate(
     )
     if not plan.pairs:
         raise NothingToEvaluate(str(plan.errors[0].evaluation["error"]))
+    # Once the run will go on (a refusal stays one line). The flow logs them too, for the
+    # Prefect UI; the terminal shows a flow's logs only from ERROR up.
+    for line in tolerance_warnings(settings, sorted({name for _, name in plan.pairs})):
+        typer.echo(f"warning: {line}", err=True)
 
 
 @app.command()
