@@ -129,6 +129,17 @@ class MarkerNet(TinyNet):
             Path(marker).touch()
 
 
+class HangsOnLiveData(TinyNet):
+    """TinyNet on the frozen evalset; never returns on inputs far outside it (the live sample)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool(x.abs().max() > 100):
+            import time
+
+            time.sleep(10**6)
+        return self.body(x.flatten(1))
+
+
 class MutatingNet(TinyNet):
     """Scales its input in place before using it (``x.div_(16)``), as careless code might."""
 

@@ -42,7 +42,13 @@ from evalsentry.errors import (
     UnknownLayout,
     UnsafeCheckpoint,
 )
-from evalsentry.lineage import DataSource, build_lineage, missing_fields, training_files
+from evalsentry.lineage import (
+    DataSource,
+    build_lineage,
+    check_lineage_values,
+    missing_fields,
+    training_files,
+)
 from evalsentry.storage import HASH_CHUNK, filesystem, write_atomic
 from evalsentry.trust import DEFAULT_MAX_CHECKPOINT_BYTES, Trust, import_factory
 
@@ -475,6 +481,7 @@ def complete_lineage(
     missing = missing_fields(lineage)
     if missing:
         raise LineageMissing(path, missing)
+    check_lineage_values(path, lineage)
     return lineage
 
 

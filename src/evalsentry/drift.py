@@ -72,6 +72,29 @@ class DriftResult:
     n_live: int
     verdict: Verdict  # PASS, WARN or FAIL
     model: str | None = None
+    #: Why it was not measured (a model that hung or crashed on the live sample): a WARN.
+    reason: str = ""
+
+    @classmethod
+    def not_measured(
+        cls, evalset: str, model: str, reason: str, n_reference: int, n_live: int
+    ) -> DriftResult:
+        """A model's prediction drift that could not be measured: a WARN saying why."""
+        nan = float("nan")
+        return cls(
+            evalset,
+            "predicted_class",
+            "prediction",
+            nan,
+            nan,
+            nan,
+            nan,
+            n_reference,
+            n_live,
+            Verdict.WARN,
+            model,
+            f"not measured: {reason}",
+        )
 
     def row(self, run_id: str, week: str) -> dict[str, Any]:
         """The history row of this result."""

@@ -216,6 +216,8 @@ DRIFT_SCHEMA = pa.schema(
         ("n_reference", pa.int64()),
         ("n_live", pa.int64()),
         ("verdict", pa.string()),
+        # Schema 2: why a model's prediction drift was not measured (it hung on live data).
+        ("reason", pa.string()),
     ]
 )
 SCHEMAS = {
@@ -371,6 +373,7 @@ class History:
         """
         if not evaluations:
             return
+        evaluations, metrics, predictions = _recordable(evaluations, metrics, predictions or {})
         run_id = str(evaluations[0]["run_id"])
         outdated = self.supersedes(evaluations, stages)
         outdated[0] = [*outdated[0], *(i for i in retire if i not in outdated[0])]
@@ -795,6 +798,82 @@ class History:
             raise HistoryError(
                 f"{path}: week: malformed baseline document ({exc}); set it again"
             ) from None
+
+
+#: What an evaluation row the history cannot hold keeps, as its pair's ERROR row.
+_IDENTITY = (
+    "evaluation_id",
+    "run_id",
+    "week",
+    "kind",
+    "started_at",
+    "finished_at",
+    "model",
+    "version",
+    "stage",
+    "checkpoint_uri",
+    "checkpoint_sha256",
+    "evalset",
+    "evalset_version",
+    "evalset_sha256",
+    "evalsentry_version",
+)
+
+
+def _recordable(
+    rows: Sequence[Mapping[str, Any]],
+    metrics: Sequence[Mapping[str, Any]],
+    predictions: Mapping[str, Mapping[str, np.ndarray]],
+) -> tuple[list[dict[str, Any]], list[Mapping[str, Any]], dict[str, Mapping[str, np.ndarray]]]:
+    """The run's rows as the history can hold them: one it cannot is its pair's ERROR row.
+
+    A value of the wrong type (a lineage written by other code: a seed that is text, a git sha
+    that is a number) would stop the whole run's write; it stops only its own pair, whose
+    results are left out and whose row says which field could not be stored.
+    """
+    try:
+        _table(rows, EVALUATIONS_SCHEMA)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass  # find the rows that cannot be held, below
+    else:
+        return [dict(row) for row in rows], list(metrics), dict(predictions)
+    kept: list[dict[str, Any]] = []
+    dropped: set[str] = set()
+    for row in rows:
+        problem = _unstorable(row, EVALUATIONS_SCHEMA)
+        if problem is None:
+            kept.append(dict(row))
+            continue
+        dropped.add(str(row["evaluation_id"]))
+        log.warning(
+            "%s %s: not recorded as it was: %s", row.get("model"), row.get("version"), problem
+        )
+        kept.append(
+            {
+                **{k: row.get(k) for k in _IDENTITY},
+                "status": "error",
+                "error": f"could not be recorded: {problem}",
+            }
+        )
+    return (
+        kept,
+        [m for m in metrics if str(m["evaluation_id"]) not in dropped],
+        {k: v for k, v in predictions.items() if k not in dropped},
+    )
+
+
+def _unstorable(row: Mapping[str, Any], schema: pa.Schema) -> str | None:
+    """The first field of ``row`` the history's column cannot hold, and why; None when all fit."""
+    for name, value in row.items():
+        if name not in schema.names or value is None:
+            continue
+        try:
+            pa.array([value], type=schema.field(name).type)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            text = repr(value)
+            text = text if len(text) <= 60 else text[:59] + "…"
+            return f"{name}: {type(value).__name__} {text} is not {schema.field(name).type}"
+    return None
 
 
 #: The evaluation row's fields each of its metric rows carries (schema 2).

@@ -220,11 +220,31 @@ def time_isolated(
     return _request(_Request("time", uri, evalset, load, device, timeout_s, None, extra))
 
 
+def predict_isolated(
+    uri: str,
+    load: dict[str, Any],
+    evalset: Evalset,
+    inputs: Any,
+    *,
+    device: str,
+    timeout_s: float,
+) -> Isolated:
+    """Predict the class of each row of ``inputs`` (a live sample) with the checkpoint at ``uri``.
+
+    In a child process under ``timeout_s``, as every forward of a checkpoint runs: a model that
+    hangs or crashes on live data fails its own drift check, never the week. The answer's
+    result is the predicted classes (a numpy array). Raises as :func:`evaluate_isolated` does.
+    """
+    return _request(
+        _Request("predict", uri, evalset, load, device, timeout_s, None, {"inputs": inputs})
+    )
+
+
 @dataclass(frozen=True)
 class _Request:
     """One job for a child: what to load and run, where, and how long it may take."""
 
-    kind: str  # evaluate | time
+    kind: str  # evaluate | time | predict
     uri: str
     evalset: Evalset
     load: dict[str, Any]  # load_checkpoint's keyword arguments (load_arguments)
@@ -552,11 +572,11 @@ def serve(fd: int, parent: int) -> None:
 def _serve_one(
     kind: str, job: dict[str, Any], evalsets: dict[str, Evalset], send: Callable[[object], None]
 ) -> None:
-    """Evaluate one checkpoint (``evaluate``), or time it against a reference (``time``)."""
+    """Run one job: ``evaluate`` a checkpoint, ``time`` it, or ``predict`` live inputs."""
     import torch
 
     from evalsentry.checkpoint import load_checkpoint
-    from evalsentry.inference import run_inference
+    from evalsentry.inference import predict_classes, run_inference
     from evalsentry.timing import time_pair
 
     sys.path[:] = job["sys_path"]
@@ -579,6 +599,10 @@ def _serve_one(
         if kind == "time":
             reference = load_checkpoint(job["reference_uri"], **job["reference_load"])
             result: Any = time_pair(reference.model, loaded.model, evalset, device=job["device"])
+        elif kind == "predict":
+            result = predict_classes(
+                loaded.model, torch.from_numpy(job["inputs"]), device=job["device"]
+            )
         else:
             result = run_inference(
                 loaded.model,

@@ -228,6 +228,140 @@ def missing_fields(lineage: Any) -> list[str]:
     return missing
 
 
+#: Bounds on what a checkpoint's lineage may hold (its ``config`` and model kwargs): far above
+#: any real set of hyperparameters, far below what would stall a registration.
+MAX_LINEAGE_DEPTH = 32
+MAX_LINEAGE_NODES = 100_000
+MAX_LINEAGE_CHARS = 1_000_000
+_HEX = frozenset("0123456789abcdefABCDEF")
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+class LineageInvalid(UsageError):
+    """A lineage field holds a value of the wrong type or size; names the file and the field."""
+
+    def __init__(self, where: object, field: str, problem: str) -> None:
+        self.where, self.field, self.problem = str(where), field, problem
+        super().__init__(f"{self.where}: lineage.{field}: {problem}")
+
+
+def check_lineage_values(where: object, lineage: Mapping[str, Any]) -> None:
+    """Check each lineage field's type and size, so what is recorded can always be stored.
+
+    ``git_sha`` and ``data_sha`` are hex text; ``git_dirty`` true, false or null; ``seed`` an
+    integer within int64, or null; ``config`` and ``model.kwargs`` JSON-safe mappings with text
+    keys and finite numbers, at most ``MAX_LINEAGE_DEPTH`` deep and ``MAX_LINEAGE_NODES``
+    values (``MAX_LINEAGE_CHARS`` characters) when written out: counted on the structure as
+    loaded, without expanding a value referenced many times (a list of shared references
+    would expand to billions), so the check is as cheap as the file is small.
+
+    Raises:
+        LineageInvalid: naming the first field that breaks one of these.
+    """
+    for field in ("git_sha", "data_sha"):
+        value = lineage.get(field)
+        if not isinstance(value, str) or not value or len(value) > 128 or set(value) - _HEX:
+            raise LineageInvalid(
+                where, field, f"expected a hex digest as text, got {_shown(value)}"
+            )
+    if lineage.get("git_dirty") is not None and not isinstance(lineage.get("git_dirty"), bool):
+        raise LineageInvalid(
+            where, "git_dirty", f"expected true, false or null, got {_shown(lineage['git_dirty'])}"
+        )
+    seed = lineage.get("seed")
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int) or not _INT64[0] <= seed <= _INT64[1]
+    ):
+        raise LineageInvalid(
+            where, "seed", f"expected an integer within int64, or null, got {_shown(seed)}"
+        )
+    for field in ("torch_version", "python_version", "timestamp_utc"):
+        value = lineage.get(field)
+        if value is not None and (not isinstance(value, str) or len(value) > 200):
+            raise LineageInvalid(where, field, f"expected short text, got {_shown(value)}")
+    _check_tree(where, "config", lineage.get("config"))
+    model = lineage.get("model")
+    if isinstance(model, Mapping) and model.get("kwargs") is not None:
+        _check_tree(where, "model.kwargs", model["kwargs"])
+
+
+def _shown(value: Any) -> str:
+    """A value as an error names it: its type, and its text cut short."""
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60] + '...' if len(text) > 60 else text}"
+
+
+def _check_tree(where: object, field: str, root: Any) -> None:
+    """A JSON-safe mapping within the bounds, measured once per distinct object (see above)."""
+    if not isinstance(root, Mapping):
+        raise LineageInvalid(where, field, f"expected a mapping, got {_shown(root)}")
+    # Post-order over distinct objects: each one's depth, written-out size and value count,
+    # computed from its children's, so a value referenced a million times is measured once.
+    measured: dict[int, tuple[int, int, int]] = {}  # id -> (depth, nodes, chars)
+    stack: list[tuple[Any, str, bool]] = [(root, field, False)]
+    entered: set[int] = set()
+    while stack:
+        value, path, done = stack.pop()
+        key = id(value)
+        if key in measured:
+            continue
+        children = _children(where, value, path)
+        if children is None:  # a leaf
+            measured[key] = (1, 1, _leaf_chars(where, value, path))
+            continue
+        if not done:
+            if key in entered:
+                raise LineageInvalid(where, path, "refers to itself (a cycle)")
+            entered.add(key)  # the containers on the path to here: its depth so far
+            if len(entered) > MAX_LINEAGE_DEPTH:
+                raise LineageInvalid(where, field, f"nested more than {MAX_LINEAGE_DEPTH} deep")
+            stack.append((value, path, True))
+            stack.extend((child, sub, False) for sub, child in children)
+            continue
+        parts = [measured[id(child)] for _, child in children]
+        depth = 1 + max((d for d, _, _ in parts), default=0)
+        nodes = 1 + sum(n for _, n, _ in parts)
+        chars = 2 + sum(c + 2 for _, _, c in parts) + sum(len(sub) for sub, _ in children)
+        entered.discard(key)
+        if depth > MAX_LINEAGE_DEPTH:
+            raise LineageInvalid(where, field, f"nested more than {MAX_LINEAGE_DEPTH} deep")
+        if nodes > MAX_LINEAGE_NODES or chars > MAX_LINEAGE_CHARS:
+            raise LineageInvalid(
+                where,
+                field,
+                f"too large written out (more than {MAX_LINEAGE_NODES:,} values or "
+                f"{MAX_LINEAGE_CHARS:,} characters); keep hyperparameters, not data, in it",
+            )
+        measured[key] = (depth, nodes, chars)
+
+
+def _children(where: object, value: Any, path: str) -> list[tuple[str, Any]] | None:
+    """A container's (name, child) pairs; None for a leaf."""
+    if isinstance(value, Mapping):
+        for k in value:
+            if not isinstance(k, str):
+                raise LineageInvalid(where, path, f"a key must be text, got {_shown(k)}")
+        return [(f"{path}.{k}", v) for k, v in value.items()]
+    if isinstance(value, list | tuple):
+        return [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    return None
+
+
+def _leaf_chars(where: object, value: Any, path: str) -> int:
+    """How many characters a JSON leaf writes out; refuses what JSON cannot hold."""
+    if value is None or isinstance(value, bool):
+        return 5
+    if isinstance(value, int):
+        return len(str(value))
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise LineageInvalid(where, path, f"{value} is not a reproducible setting")
+        return len(repr(value))
+    if isinstance(value, str):
+        return len(value) + 2
+    raise LineageInvalid(where, path, f"{type(value).__name__} is not JSON-safe; use a plain value")
+
+
 def read_lineage_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The lineage of a checkpoint that records none, from a JSON or YAML file (``--lineage``).
 

@@ -9,6 +9,7 @@ others. The model runs in a child process (``evalsentry.isolation``) that a time
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -442,8 +443,9 @@ def not_evaluated(
         "evalset": evalset,
         "evalsentry_version": __version__,
         "wall_s": 0.0,
-        **_lineage_fields(target.lineage),
     }
+    with contextlib.suppress(EvalsentryError):  # an ERROR row either way; lineage if it holds
+        row.update(_lineage_fields(target.lineage))
     return Outcome(row, [], None)
 
 
@@ -507,11 +509,11 @@ def evaluate_checkpoint(
         "n_examples": len(evalset),
         "evalsentry_version": __version__,
         "validation_json": json.dumps(validation) if validation is not None else None,
-        **_lineage_fields(target.lineage),
     }
     meter = meter or CostMeter(use_codecarbon=False)
     phase = "running the model"
     try:
+        row.update(_lineage_fields(target.lineage, f"the registry entry of {_who(target)}"))
         with meter.measure(evaluation_id) as measurement:
             ran = evaluate_isolated(
                 target.uri,
@@ -532,7 +534,8 @@ def evaluate_checkpoint(
         metrics = _metric_rows(result.columns, names, evalset, row)
     except Exception as exc:  # one broken pair never takes the others down
         if isinstance(exc, EvaluationFailed) and exc.lineage:
-            row.update(_lineage_fields(exc.lineage))
+            with contextlib.suppress(EvalsentryError):  # the reason below says what broke
+                row.update(_lineage_fields(exc.lineage))
             row["checkpoint_sha256"] = exc.sha256
         reason = failure_reason(exc, phase)
         log.warning(
@@ -574,9 +577,17 @@ def evaluate_checkpoint(
     return Outcome(row, metrics, result.columns)
 
 
-def _lineage_fields(lineage: Mapping[str, Any]) -> dict[str, Any]:
+def _lineage_fields(lineage: Mapping[str, Any], where: object = "lineage") -> dict[str, Any]:
+    """The history columns of a lineage, once its values are checked (``check_lineage_values``).
+
+    Raises:
+        LineageInvalid: a value the history cannot hold (an entry registered before the check).
+    """
+    from evalsentry.lineage import check_lineage_values
+
     if not lineage:
         return {}
+    check_lineage_values(where, lineage)
     return {
         "git_sha": lineage.get("git_sha"),
         "git_dirty": lineage.get("git_dirty"),
@@ -585,6 +596,10 @@ def _lineage_fields(lineage: Mapping[str, Any]) -> dict[str, Any]:
         "seed": lineage.get("seed"),
         "trained_at": lineage.get("timestamp_utc"),
     }
+
+
+def _who(target: Target) -> str:
+    return f"{target.model}@v{target.version}" if target.version is not None else target.uri
 
 
 def _metric_rows(
@@ -646,10 +661,19 @@ def record(
 def live_drift(
     evalset: Evalset, outcomes: Sequence[Outcome], *, config: Config, device: str = "auto"
 ) -> list[DriftResult]:
-    """Drift of the evalset's live sample (if configured): inputs, and each production model's predictions."""
-    from evalsentry.checkpoint import load_checkpoint
-    from evalsentry.drift import input_drift, prediction_drift, read_live
-    from evalsentry.inference import predict_classes
+    """Drift of the evalset's live sample (if configured): inputs, and each production model's predictions.
+
+    Each model predicts the live sample in the evaluation child, under ``inference_timeout_s``
+    like every forward of a checkpoint: one that hangs or crashes there is a WARN saying its
+    drift was not measured, and the week goes on.
+    """
+    from evalsentry.drift import DriftResult, input_drift, prediction_drift, read_live
+    from evalsentry.isolation import (
+        EvaluationFailed,
+        failure_reason,
+        load_arguments,
+        predict_isolated,
+    )
     from evalsentry.registry import Registry
 
     source = config.drift.live.get(evalset.spec.name)
@@ -659,8 +683,6 @@ def live_drift(
     results = input_drift(evalset, live, config.drift)
     if evalset.spec.task != "classification":
         return results
-    import torch
-
     for outcome in outcomes:
         row = outcome.evaluation
         if not outcome.ok or row["stage"] != "production" or row["evalset"] != evalset.spec.name:
@@ -668,14 +690,26 @@ def live_drift(
         target = Target.from_entry(
             Registry(config.registry_url).show(row["model"], int(row["version"]))
         )
-        model = load_checkpoint(
-            target.uri,
-            trust=config.trust,
-            expected_sha256=target.sha256,
-            factory=target.pinned_model.get("factory"),
-            factory_kwargs=target.pinned_model.get("kwargs"),
-        ).model
-        live_pred = predict_classes(model, torch.from_numpy(live), device=device)
+        load = load_arguments(
+            config.trust,
+            target.sha256,
+            target.pinned_model.get("factory"),
+            target.pinned_model.get("kwargs"),
+        )
+        try:
+            ran = predict_isolated(
+                target.uri, load, evalset, live, device=device, timeout_s=config.inference_timeout_s
+            )
+        except EvaluationFailed as exc:
+            reason = failure_reason(exc, "predicting the live sample")
+            log.warning("%s: live drift not measured: %s", row["model"], reason)
+            results.append(
+                DriftResult.not_measured(
+                    evalset.spec.name, str(row["model"]), reason, len(evalset), len(live)
+                )
+            )
+            continue
+        live_pred = np.asarray(ran.result)
         reference = (
             np.asarray(outcome.predictions["prediction"]) if outcome.predictions else live_pred
         )

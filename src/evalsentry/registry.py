@@ -34,6 +34,7 @@ from evalsentry.checkpoint import load_checkpoint
 from evalsentry.config import config_error
 from evalsentry.errors import (
     CheckpointChanged,
+    CheckpointError,
     CheckpointNotFound,
     NotRegistered,
     RegistryEntryInvalid,
@@ -187,6 +188,7 @@ class Registry:
         factory_kwargs: Mapping[str, Any] | None = None,
         copy: bool = False,
         lineage: Mapping[str, Any] | None = None,
+        allow_nonfinite: bool = False,
     ) -> RegistryEntry:
         """Pin a checkpoint's sha256, size and model, and record it as the model's next version.
 
@@ -202,6 +204,7 @@ class Registry:
             factory_kwargs=factory_kwargs,
             copy=copy,
             lineage=lineage,
+            allow_nonfinite=allow_nonfinite,
         ).entry
 
     def add(
@@ -215,6 +218,7 @@ class Registry:
         factory_kwargs: Mapping[str, Any] | None = None,
         copy: bool = False,
         lineage: Mapping[str, Any] | None = None,
+        allow_nonfinite: bool = False,
     ) -> Registration:
         """Register a checkpoint as the model's next version, unless it already is one.
 
@@ -225,6 +229,7 @@ class Registry:
         admits and the weights loaded strictly. ``factory`` (with ``factory_kwargs``) supplies
         a missing factory; it must agree with a recorded one. ``lineage`` is the lineage of a
         file that records none (a bare state dict; ``read_lineage_file``), kept in the entry.
+        Weights holding NaN or infinity are refused unless ``allow_nonfinite``.
 
         Raises:
             CheckpointNotFound, CheckpointTooLarge, UnsafeCheckpoint, CheckpointCorrupt,
@@ -246,6 +251,8 @@ class Registry:
         loaded = load_checkpoint(
             file, trust=trust, factory=factory, factory_kwargs=factory_kwargs, lineage=lineage
         )
+        if not allow_nonfinite:
+            check_finite_weights(file, loaded.model)
         recorded, sha, size = loaded.lineage, loaded.sha256, file.stat().st_size
         for _ in range(_MAX_CLAIM_ATTEMPTS):
             version = self._next_version(model)
@@ -435,6 +442,30 @@ class Registry:
         self._write(self._entry_path(entry.model, entry.version), _dump(updated))
         log.info("%s: %s -> %s", entry.ref, entry.stage, stage)
         return updated
+
+
+def check_finite_weights(path: object, model: Any) -> None:
+    """Refuse a model whose weights hold NaN or infinity, naming the first such tensor.
+
+    Such a model predicts NaN (an ERROR every week), or, with the NaN masked somewhere,
+    something no one trained: better refused at the door than caught by its outputs.
+
+    Raises:
+        CheckpointError: naming the tensor, how many values are not finite, and the way through.
+    """
+    import torch
+
+    for name, tensor in model.state_dict().items():
+        if not tensor.is_floating_point():
+            continue
+        bad = int((~torch.isfinite(tensor)).sum())
+        if bad:
+            raise CheckpointError(
+                path,
+                f"weights: {name} holds {bad} NaN or infinite value(s) of {tensor.numel()}; "
+                "such a model predicts NaN. Retrain it, or register it with --allow-nonfinite "
+                "if that is intended",
+            )
 
 
 def _dump(entry: RegistryEntry) -> bytes:

@@ -25,6 +25,11 @@ VERDICT_MARK = {
 }
 
 
+def _finite(value: float | None) -> float | None:
+    """``value``, or None when it is missing, NaN or infinite (shown as an empty cell)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def _fmt(value: float | int | None, spec: str = ".4f") -> str:
     return "" if value is None else format(value, spec)
 
@@ -472,9 +477,9 @@ def weekly_markdown(
                     d.evalset,
                     d.feature,
                     d.model or "",
-                    f"{d.psi:.3f}",
-                    f"{d.p_adjusted:.2g}",
-                    d.verdict,
+                    _fmt(_finite(d.psi), ".3f"),
+                    _fmt(_finite(d.p_adjusted), ".2g"),
+                    f"{d.verdict}" + (f": {d.reason}" if getattr(d, "reason", "") else ""),
                 ]
                 for d in drifts
             ],

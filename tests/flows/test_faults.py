@@ -102,7 +102,11 @@ def test_f8_two_runs_of_the_same_week_at_once_lose_nothing(toy_project: Path) ->
 def test_f10_model_producing_nan_is_an_error_row_listing_example_ids(
     toy_project: Path, tmp_path: Path, pinned_git: str, train_data: Path
 ) -> None:
-    """10: NaN outputs make an ERROR row naming the first example ids; the run ends Failed."""
+    """10: NaN outputs make an ERROR row naming the first example ids; the run ends Failed.
+
+    The NaN weights are registered on purpose (``allow_nonfinite``); register refuses them
+    otherwise (76).
+    """
     model = TinyNet(features=4, classes=3, hidden=8)
     with torch.no_grad():
         model.body[2].bias.fill_(float("nan"))  # type: ignore[index,union-attr]
@@ -116,7 +120,7 @@ def test_f10_model_producing_nan_is_an_error_row_listing_example_ids(
         factory_kwargs={"features": 4, "classes": 3, "hidden": 8},
     )
     Registry(load_config(toy_project).registry_url).register(
-        path, "nan-model", stage="production", trust=TRUST
+        path, "nan-model", stage="production", trust=TRUST, allow_nonfinite=True
     )
     state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
     assert state.is_failed() and "nan-model" in state.message

@@ -52,6 +52,13 @@ def register(
             "typo would start a line every week's run then fails on).",
         ),
     ] = False,
+    allow_nonfinite: Annotated[
+        bool,
+        typer.Option(
+            "--allow-nonfinite",
+            help="Register weights that hold NaN or infinity (else refused: they predict NaN).",
+        ),
+    ] = False,
     lineage: Annotated[
         Path | None,
         typer.Option(
@@ -93,6 +100,7 @@ def register(
         factory_kwargs=kwargs,
         copy=copy,
         lineage=read_lineage_file(lineage) if lineage is not None else None,
+        allow_nonfinite=allow_nonfinite,
     )
     entry = done.entry
     if not done.new:
