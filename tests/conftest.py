@@ -51,6 +51,16 @@ def tiny_checkpoint(tmp_path: Path, pinned_git: str, train_data: Path) -> Path:
 
 
 @pytest.fixture
+def trusted_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project trusting the test models (all else default), as the working folder."""
+    from tests.models import TRUSTED_YAML
+
+    (tmp_path / "evalsentry.yaml").write_text(TRUSTED_YAML)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
 def chdir_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Run the test in its own folder, so nothing lands in the working directory."""
     monkeypatch.chdir(tmp_path)
