@@ -317,8 +317,10 @@ def error_report(message: str, title: str) -> tuple[str, str]:
 
 
 def run_url(environ: Mapping[str, str]) -> str | None:
-    """The link to this workflow run, from GitHub's variables; None outside GitHub Actions."""
+    """The link to this CI run: GitHub's workflow run, else GitLab's job; None elsewhere."""
     parts = [
         environ.get(k, "") for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID")
     ]
-    return f"{parts[0]}/{parts[1]}/actions/runs/{parts[2]}" if all(parts) else None
+    if all(parts):
+        return f"{parts[0]}/{parts[1]}/actions/runs/{parts[2]}"
+    return environ.get("CI_JOB_URL") or None

@@ -186,14 +186,16 @@ class TestComment:
             "::error title=evalsentry ERROR%3A digts::model 'digts' unknown%0ADid you mean"
         )
 
-    def test_the_run_link_comes_from_githubs_variables(self) -> None:
-        """The run's page is built from GitHub's variables, and is None outside Actions."""
+    def test_the_run_link_comes_from_the_ci_systems_variables(self) -> None:
+        """The run's page is built from GitHub's variables, else GitLab's job URL; else None."""
         environ = {
             "GITHUB_SERVER_URL": "https://github.com",
             "GITHUB_REPOSITORY": "acme/models",
             "GITHUB_RUN_ID": "42",
         }
         assert run_url(environ) == "https://github.com/acme/models/actions/runs/42"
+        gitlab = {"CI_JOB_URL": "https://gitlab.example/a/b/-/jobs/9"}
+        assert run_url(gitlab) == "https://gitlab.example/a/b/-/jobs/9"
         assert run_url({}) is None
 
 

@@ -38,7 +38,8 @@ EVALUATE_HELP = (
 )
 EVALUATE_EPILOG = (
     "The result is recorded as a candidate evaluation, never as a week's production result. "
-    "Exit 0 pass or warn, 1 a regression, 2 not comparable or unusable input."
+    "Exit 0 pass or warn, 1 a regression, 2 not comparable or unusable input. In a pull "
+    "request: see --github, and `evalsentry init --ci github` for a workflow."
 )
 MARKDOWN_HELP = "Write a Markdown summary here."
 JUNIT_HELP = "Write JUnit XML here."
