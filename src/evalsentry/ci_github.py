@@ -132,11 +132,12 @@ def fit(blocks: Sequence[Block], limit: int, *, whole: str, footer: str = "") ->
     What does not fit is cut: the block that overflows keeps the rows that fit, the blocks
     after it are left out, and a note says what was cut and where the whole is (``whole``).
     """
-    note = (
-        f"> ✂️ Cut to stay within {limit // 1024} KiB (GitHub's limits): {{left}} more "
-        f"section(s) left out. {whole}\n\n"
-    )
-    reserve = _size(footer) + _size(note.format(left=len(blocks)))
+
+    def note(left: int) -> str:
+        what = f": {left} more section(s) left out." if left else "."
+        return f"> ✂️ Cut to stay within {limit // 1024} KiB (GitHub's limits){what} {whole}\n\n"
+
+    reserve = _size(footer) + _size(note(len(blocks)))
     room = limit - reserve
     parts: list[str] = []
     for index, block in enumerate(blocks):
@@ -144,13 +145,17 @@ def fit(blocks: Sequence[Block], limit: int, *, whole: str, footer: str = "") ->
         if used + _size(block.text()) <= room:
             parts.append(block.text())
             continue
-        keep = len(block.rows)
-        while keep > 0 and used + _size(block.text(keep)) > room:
-            keep = keep * 3 // 4 if keep > 8 else keep - 1
-        shown = bool(keep or not block.rows) and used + _size(block.text(keep)) <= room
+        keep, most = 0, len(block.rows)  # the most rows that fit, by bisection
+        while keep < most:
+            middle = (keep + most + 1) // 2
+            if used + _size(block.text(middle)) <= room:
+                keep = middle
+            else:
+                most = middle - 1
+        shown = used + _size(block.text(keep)) <= room
         if shown:
             parts.append(block.text(keep))
-        parts.append(note.format(left=len(blocks) - index - shown))
+        parts.append(note(len(blocks) - index - shown))
         break
     return "".join(parts) + footer
 
