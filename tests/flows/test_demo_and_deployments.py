@@ -1,4 +1,4 @@
-"""The demo story end to end, and every deployment in prefect.yaml loads."""
+"""Every deployment in prefect.yaml loads (the demo story runs in tests/integration/test_demo_cli.py)."""
 
 from __future__ import annotations
 
@@ -9,24 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evalsentry.config import load_config
-from evalsentry.history import History
-from examples.digits.demo import tell_story
-
 ROOT = Path(__file__).parents[2]
-
-
-def test_demo_story_completes_twice_then_catches_the_regression(tmp_path: Path) -> None:
-    """The three demo weeks end Completed, Completed, Failed, naming the drop of digits@v3."""
-    results = tell_story(tmp_path / "demo")
-    assert [state.name for _, state in results] == ["Completed", "Completed", "Failed"]
-    message = results[-1][1].message
-    assert "digits@v3 on digits: accuracy vs previous-week" in message
-    assert "drop significantly beyond tolerance" in message
-    evaluations = History(
-        load_config(tmp_path / "demo" / "evalsentry.yaml").store_url
-    ).evaluations()
-    assert evaluations["version"].tolist() == [1, 2, 3]
 
 
 def test_every_deployment_parses_and_its_entrypoint_imports() -> None:

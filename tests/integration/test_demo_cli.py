@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from evalsentry.config import load_config
+from evalsentry.history import History
 from tests.integration.prefect_server import ROOT
 
 pytestmark = pytest.mark.integration
@@ -17,7 +19,8 @@ EVALSENTRY = str(Path(sys.executable).parent / "evalsentry")
 
 
 def test_demo_tells_the_story_without_a_traceback(tmp_path: Path) -> None:
-    """The demo, on Prefect's temporary server with no settings of ours, catches week 3 and prints no traceback."""
+    """The demo, on Prefect's temporary server with no settings of ours: Completed, Completed, then
+    Failed naming the drop of digits@v3; no traceback."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DO_NOT_TRACK"))}
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
     result = subprocess.run(
@@ -31,5 +34,14 @@ def test_demo_tells_the_story_without_a_traceback(tmp_path: Path) -> None:
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert "was caught" in output, output[-3000:]
+    summary = [
+        line.strip() for line in output.splitlines() if line.strip().startswith("weekly-eval-")
+    ]
+    assert [line.rsplit(": ", 1)[1] for line in summary] == ["Completed", "Completed", "Failed"]
+    # The third week's state message names the drop of the broken retrain.
+    assert "digits@v3 on digits: accuracy vs previous-week" in output, output[-3000:]
+    assert "drop significantly beyond tolerance" in output, output[-3000:]
+    store = load_config(tmp_path / "demo" / "evalsentry.yaml").store_url
+    assert History(store).evaluations()["version"].tolist() == [1, 2, 3]
     assert "Traceback" not in output, output
     assert "telemetry" not in output.lower(), output
