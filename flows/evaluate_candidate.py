@@ -92,6 +92,7 @@ def evaluate_candidate(
         validations,
         run_name=runtime.flow_run.name or f"evaluate-candidate-{model}-{run_id[:RUN_ID_CHARS]}",
         key_prefix="evaluate-candidate",
+        config=settings,
     )
     logger.info("report: %s", location)
     for comparison in report.warnings + (report.inconclusive if not report.strict else []):

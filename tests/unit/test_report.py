@@ -310,14 +310,19 @@ class TestArtifactHelpers:
         ]
         json.dumps(rows, allow_nan=False)
 
-    def test_local_and_unsignable_stores_say_where_the_file_is(self, tmp_path: Path) -> None:
-        """A local report links as file:// and says so; a store that cannot sign says that."""
+    def test_a_local_report_links_over_http_never_file(self, tmp_path: Path) -> None:
+        """A local report links to the report server (its default URL, or reports_url), never
+        to file://, which browsers refuse from a web page; a store that cannot sign says so."""
         import fsspec
 
-        from evalsentry.report import browser_link
+        from evalsentry.report import DEFAULT_REPORTS_URL, browser_link
 
-        local, note = browser_link(fsspec.filesystem("file"), str(tmp_path / "r.html"))
-        assert local == (tmp_path / "r.html").as_uri() and "worker's host" in note
+        local, note = browser_link(fsspec.filesystem("file"), str(tmp_path / "r 1.html"))
+        assert local == f"{DEFAULT_REPORTS_URL}/r%201.html" and "serve-reports" in note
+        served, note = browser_link(
+            fsspec.filesystem("file"), str(tmp_path / "r.html"), reports_url="http://h:9/x/"
+        )
+        assert served == "http://h:9/x/r.html" and "http://h:9/x/" in note
         memory, note = browser_link(fsspec.filesystem("memory"), "/reports/r.html")
         assert memory == "memory:///reports/r.html" and "cannot sign" in note
 

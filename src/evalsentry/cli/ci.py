@@ -131,6 +131,7 @@ def gate(argv: Sequence[str]) -> int:
         model=args.model,
         evalset=args.evalset,
         evalsets_dir=settings.evalsets_dir,
+        drift=settings.drift,
     )
     return emit_gate(report, args.markdown, args.junit, args.slices, args.strict)
 
