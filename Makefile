@@ -8,7 +8,7 @@ LOCK := requirements/lock.txt
 # Prefect's temporary server needs ~16 s to create its database on a fresh machine (default limit 20 s).
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: demo test browser lint lock bench soak server deploy alerts worker fan-out-worker clean
+.PHONY: demo test browser jq lint lock bench soak server deploy alerts worker fan-out-worker clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ lock: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/evalsentry demo
 
-test: $(STAMP) browser
+test: $(STAMP) browser jq
 	$(BIN)/python -m pytest
 
 # The HTML report is looked at in headless Chromium by the tests: install Debian's package
@@ -35,6 +35,13 @@ browser:
 	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	echo "chromium could not be installed: the browser test will be skipped"
+
+# The tests of the generated CI workflows apply gh's --jq filters with jq: Debian's, as above.
+jq:
+	@command -v jq >/dev/null 2>&1 || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq >/dev/null; } || \
+	echo "jq could not be installed: the tests that post a comment will be skipped"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -12,6 +12,19 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 FAKE_SHA = "0123456789abcdef0123456789abcdef01234567"
+#: Set by a GitHub Actions runner: with them the CI commands write the job's summary and comment.
+GITHUB_VARIABLES = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "GITHUB_OUTPUT", "RUNNER_TEMP")
+
+
+@pytest.fixture(autouse=True)
+def not_in_github_actions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs as outside GitHub Actions, even where the suite runs inside it.
+
+    Else `evalsentry gate` in a test would append to the real job's summary; the tests of the
+    GitHub outputs set these variables themselves.
+    """
+    for name in GITHUB_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
@@ -48,6 +61,16 @@ def tiny_checkpoint(tmp_path: Path, pinned_git: str, train_data: Path) -> Path:
         data=train_data,
         factory_kwargs={"features": 4, "classes": 3},
     )
+
+
+@pytest.fixture
+def trusted_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project trusting the test models (all else default), as the working folder."""
+    from tests.models import TRUSTED_YAML
+
+    (tmp_path / "evalsentry.yaml").write_text(TRUSTED_YAML)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
 
 
 @pytest.fixture

@@ -113,19 +113,25 @@ def _validation_result(validation: Mapping[str, Any]) -> str:
     return "passed"
 
 
-def gate_markdown(report: GateReport, *, include_slices: bool = True) -> str:
-    """A Markdown summary fit for a CI step summary or a Prefect artifact."""
-    shown = [c for c in report.comparisons if include_slices or not c.slice]
+def overview(report: GateReport, shown: Sequence[Comparison]) -> str:
+    """The counts, what the report-only rows of ``shown`` mean, and what INCONCLUSIVE means."""
     report_only = sum(not c.gating for c in shown)
-    headline = (
+    text = (
         f"{counts_line(report)} over {sum(c.gating for c in report.comparisons)} gating "
         "comparison(s)."
     )
     if report_only:
-        headline += f" The {report_only} row(s) marked report only do not gate."
+        text += f" The {report_only} row(s) marked report only do not gate."
     if any(c.verdict == Verdict.INCONCLUSIVE for c in shown):
         effect = "fails the gate (strict)" if report.strict else "does not fail it (only --strict)"
-        headline += " " + INCONCLUSIVE_NOTE.format(effect=effect)
+        text += " " + INCONCLUSIVE_NOTE.format(effect=effect)
+    return text
+
+
+def gate_markdown(report: GateReport, *, include_slices: bool = True) -> str:
+    """A Markdown summary fit for a CI step summary or a Prefect artifact."""
+    shown = [c for c in report.comparisons if include_slices or not c.slice]
+    headline = overview(report, shown)
     lines = [
         f"## evalsentry gate: {report.week} — {VERDICT_MARK[report.verdict]}",
         "",

@@ -137,3 +137,91 @@ class TestInit:
             check=True,
         )
         assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+class TestInitCI:
+    def test_a_new_project_gets_the_workflow_too(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`init --ci github` in a new repository writes the project and the workflow, and
+        says what to set in each."""
+        (tmp_path / ".git").mkdir()
+        assert main(["init", str(tmp_path), "--ci", "github"]) == 0
+        out = capsys.readouterr().out
+        workflow = tmp_path / ".github" / "workflows" / "evalsentry.yml"
+        assert (tmp_path / "evalsentry.yaml").is_file() and workflow.is_file()
+        assert f"wrote {workflow}\n" in out  # at the repository's root: no note
+        assert "evalsentry evalset freeze" in out and "EVALSENTRY_CHECKPOINT" in out
+        document = _yaml(workflow)
+        assert next(iter(document["jobs"].values()))["defaults"]["run"]["working-directory"] == "."
+        assert "checkpoints/**" in document[True]["pull_request"]["paths"]
+
+    def test_an_existing_project_gets_only_the_workflow(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A folder that holds a project: its files are left as they are, the workflow added."""
+        (tmp_path / ".git").mkdir()
+        (tmp_path / "evalsentry.yaml").write_text("store: s3://ml-evals/history\n")
+        assert main(["init", str(tmp_path), "--ci", "github"]) == 0
+        out = capsys.readouterr().out
+        assert (tmp_path / "evalsentry.yaml").read_text() == "store: s3://ml-evals/history\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".git", ".github", "evalsentry.yaml"]
+        assert "evalset freeze" not in out and "pull request check" in out
+
+    def test_an_existing_workflow_is_refused_and_nothing_is_written(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The workflow file in the way: one line naming it, exit 2, no project file written."""
+        workflow = tmp_path / ".github" / "workflows" / "evalsentry.yml"
+        workflow.parent.mkdir(parents=True)
+        workflow.write_text("mine\n")
+        (tmp_path / ".git").mkdir()
+        assert main(["init", str(tmp_path), "--ci", "github"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{workflow}: already exists" in err
+        assert workflow.read_text() == "mine\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".git", ".github"]
+
+    def test_a_project_below_the_repository_root_is_pointed_at(self, tmp_path: Path) -> None:
+        """The workflow goes to the repository's root; its steps run in the project's folder
+        and its paths are the project's."""
+        (tmp_path / ".git").mkdir()
+        assert main(["init", str(tmp_path / "ml" / "digits"), "--ci", "github"]) == 0
+        document = _yaml(tmp_path / ".github" / "workflows" / "evalsentry.yml")
+        job = next(iter(document["jobs"].values()))
+        assert job["defaults"]["run"]["working-directory"] == "ml/digits"
+        paths = document[True]["pull_request"]["paths"]
+        assert "ml/digits/checkpoints/**" in paths and "ml/digits/evalsentry.yaml" in paths
+        assert ".github/workflows/evalsentry.yml" in paths
+
+    def test_outside_a_repository_it_says_where_the_file_belongs(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """No git repository above the folder: the workflow is written there, with a note."""
+        assert main(["init", str(tmp_path), "--ci", "github"]) == 0
+        assert "(not in a git repository: move it to its root)" in capsys.readouterr().out
+
+    def test_gitlab_gets_a_job_and_an_include(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`--ci gitlab`: the job file, and a .gitlab-ci.yml including it where there is none;
+        an existing .gitlab-ci.yml is kept, with a note saying what to add."""
+        for repo, existing in ((tmp_path / "a", None), (tmp_path / "b", "stages: [test]\n")):
+            (repo / ".git").mkdir(parents=True)
+            if existing:
+                (repo / ".gitlab-ci.yml").write_text(existing)
+            assert main(["init", str(repo), "--ci", "gitlab"]) == 0
+            job = _yaml(repo / ".gitlab" / "evalsentry.gitlab-ci.yml")["evalsentry"]
+            assert job["artifacts"]["reports"]["junit"] == ".evalsentry-ci/junit.xml"
+            assert job["rules"][0]["if"] == '$CI_PIPELINE_SOURCE == "merge_request_event"'
+        out = capsys.readouterr().out
+        assert _yaml(tmp_path / "a" / ".gitlab-ci.yml") == {
+            "include": [{"local": ".gitlab/evalsentry.gitlab-ci.yml"}]
+        }
+        assert (tmp_path / "b" / ".gitlab-ci.yml").read_text() == "stages: [test]\n"
+        assert "include the job: add `- local: .gitlab/evalsentry.gitlab-ci.yml`" in out
+
+    def test_an_unknown_ci_is_refused(self, tmp_path: Path) -> None:
+        """`--ci circle` is a usage error, exit 2, and writes nothing."""
+        assert main(["init", str(tmp_path / "p"), "--ci", "circle"]) == 2
+        assert not (tmp_path / "p").exists()

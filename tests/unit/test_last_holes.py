@@ -63,11 +63,9 @@ def deep(levels: int) -> list[Any]:
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def project(trusted_project: Path) -> Path:
     """A project folder trusting the test models, as the working folder."""
-    (tmp_path / "evalsentry.yaml").write_text(TRUSTED_YAML)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return trusted_project
 
 
 class TestLineageValues:

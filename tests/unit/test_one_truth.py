@@ -175,8 +175,10 @@ def rerun_history(store: Path, tmp_path: Path) -> Iterator[Path]:
 
 class TestRawReaders:
     def _cli_csv(self, project: Path, capsys: pytest.CaptureFixture[str]) -> pd.DataFrame:
-        os.chdir(project)
-        assert main(["history", "--format", "csv"]) == 0
+        """`evalsentry history --format csv` run in ``project``, parsed."""
+        assert (
+            main(["history", "--format", "csv", "--config", str(project / "evalsentry.yaml")]) == 0
+        )
         return pd.read_csv(io.StringIO(capsys.readouterr().out), keep_default_na=False)
 
     def test_the_readme_duckdb_query_returns_evalsentry_history_row_for_row(
@@ -347,38 +349,23 @@ class TestProjectFound:
 
 class TestTyposRefused:
     def test_register_refuses_a_new_line_without_new_model(
-        self,
-        tmp_path: Path,
-        tiny_checkpoint: Path,
-        capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch,
+        self, trusted_project: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """`--model fiar` beside `fair`: exit 2 with a did-you-mean; nothing registered."""
         from evalsentry.registry import Registry
-        from tests.models import TRUSTED_YAML
 
-        (tmp_path / "evalsentry.yaml").write_text(TRUSTED_YAML)
-        monkeypatch.chdir(tmp_path)
         assert main(["register", str(tiny_checkpoint), "--model", "fair", "--new-model"]) == 0
         capsys.readouterr()
         assert main(["register", str(tiny_checkpoint), "--model", "fiar"]) == 2
         err = capsys.readouterr().err
         assert "model 'fiar' is neither registered nor in the history. Did you mean 'fair'?" in err
         assert "--new-model" in err and err.count("\n") == 1
-        assert Registry(str(tmp_path / ".evalsentry" / "registry")).models() == ["fair"]
+        assert Registry(str(trusted_project / ".evalsentry" / "registry")).models() == ["fair"]
 
     def test_re_registering_with_other_factory_kwargs_is_refused_naming_both(
-        self,
-        tmp_path: Path,
-        tiny_checkpoint: Path,
-        capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch,
+        self, trusted_project: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """The same file with different --factory-kwargs: exit 2 naming pinned and given kwargs."""
-        from tests.models import TRUSTED_YAML
-
-        (tmp_path / "evalsentry.yaml").write_text(TRUSTED_YAML)
-        monkeypatch.chdir(tmp_path)
         assert main(["register", str(tiny_checkpoint), "--model", "tiny", "--new-model"]) == 0
         capsys.readouterr()
         argv = ["register", str(tiny_checkpoint), "--model", "tiny"]
@@ -391,17 +378,9 @@ class TestTyposRefused:
         assert 'with {"features": 4} differs and was not used' in err
 
     def test_re_registering_an_archived_file_names_the_command(
-        self,
-        tmp_path: Path,
-        tiny_checkpoint: Path,
-        capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch,
+        self, trusted_project: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """An archived version asked for again as production: nothing registered, and how to."""
-        from tests.models import TRUSTED_YAML
-
-        (tmp_path / "evalsentry.yaml").write_text(TRUSTED_YAML)
-        monkeypatch.chdir(tmp_path)
         assert main(["register", str(tiny_checkpoint), "--model", "tiny", "--new-model"]) == 0
         assert main(["registry", "archive", "tiny", "1"]) == 0
         capsys.readouterr()

@@ -11,13 +11,26 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evalsentry.cli.output import echo, print_table
+from evalsentry.cli.review import (
+    COMMENT_FILE,
+    Output,
+    Review,
+    append_summary,
+    reported,
+    review_of,
+    review_outputs,
+    say_where,
+    write_output,
+)
 from evalsentry.errors import UsageError
 
 if TYPE_CHECKING:
+    from evalsentry.candidate import CandidateRun
     from evalsentry.config import Config
     from evalsentry.history import History
     from evalsentry.verdicts import GateReport
@@ -34,7 +47,8 @@ EVALUATE_HELP = (
 )
 EVALUATE_EPILOG = (
     "The result is recorded as a candidate evaluation, never as a week's production result. "
-    "Exit 0 pass or warn, 1 a regression, 2 not comparable or unusable input."
+    "Exit 0 pass or warn, 1 a regression, 2 not comparable or unusable input. In a pull "
+    "request: see --github, and `evalsentry init --ci github` for a workflow."
 )
 MARKDOWN_HELP = "Write a Markdown summary here."
 JUNIT_HELP = "Write JUnit XML here."
@@ -43,6 +57,22 @@ STRICT_HELP = "Exit 1 on INCONCLUSIVE too (the evalset could not tell); see gate
 CONFIG_HELP = (
     "evalsentry.yaml to use (default: the project's, in this folder or the nearest above it)."
 )
+GITHUB_HELP = (
+    "GitHub Actions output (on by default where GITHUB_ACTIONS=true): append the verdict to "
+    "$GITHUB_STEP_SUMMARY, print ::error/::warning annotations, and write the pull request "
+    "comment (see --comment)."
+)
+COMMENT_HELP = (
+    "Write the pull request (or merge request) comment here: Markdown whose first line is a "
+    "hidden marker, the same on every push, to find the one comment to update by. With "
+    f"--github it defaults to $RUNNER_TEMP/{COMMENT_FILE}, or ./{COMMENT_FILE} where "
+    "RUNNER_TEMP is not set."
+)
+REPORT_URL_HELP = (
+    "Link the job summary and the comment to the HTML report here (an artifact's URL, or the "
+    "run's page)."
+)
+HTML_HELP = "Write the candidate's self-contained HTML report here (verdicts, flipped examples)."
 
 
 def _with_ci_options(parse: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -52,6 +82,11 @@ def _with_ci_options(parse: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parse.add_argument("--slices", action="store_true", help=SLICES_HELP)
     parse.add_argument("--strict", action="store_true", help=STRICT_HELP)
     parse.add_argument("--config", metavar="FILE", type=Path, help=CONFIG_HELP)
+    parse.add_argument(
+        "--github", action=argparse.BooleanOptionalAction, default=None, help=GITHUB_HELP
+    )
+    parse.add_argument("--comment", metavar="FILE", type=Path, help=COMMENT_HELP)
+    parse.add_argument("--report-url", metavar="URL", help=REPORT_URL_HELP)
     return parse
 
 
@@ -100,6 +135,7 @@ def evaluate_parser() -> argparse.ArgumentParser:
         help="Run the expectation suite even if a passed result for the same evalset, suite and "
         "Great Expectations version is stored (files are re-hashed either way).",
     )
+    parse.add_argument("--html", metavar="FILE", type=Path, help=HTML_HELP)
     return _with_ci_options(parse)
 
 
@@ -120,20 +156,37 @@ def gate(argv: Sequence[str]) -> int:
     args = _parse(gate_parser(), argv)
     if isinstance(args, int):
         return args
-    from evalsentry.gate import gate_week
-    from evalsentry.weeks import check_week
-
-    settings, history = project(args.config)
-    report = gate_week(
-        history,
-        check_week(args.week) if args.week is not None else None,
-        settings.gate,
-        model=args.model,
-        evalset=args.evalset,
-        evalsets_dir=settings.evalsets_dir,
-        drift=settings.drift,
+    title = (
+        "gate"
+        + (f" {args.model}" if args.model else "")
+        + (f" on {args.evalset}" if args.evalset else "")
     )
-    return emit_gate(report, args.markdown, args.junit, args.slices, args.strict)
+    review = review_of(args, "gate", [args.evalset] if args.evalset else [], title)
+    with reported(review):
+        from evalsentry.gate import gate_week
+        from evalsentry.weeks import check_week
+
+        settings, history = project(args.config)
+        report = gate_week(
+            history,
+            check_week(args.week) if args.week is not None else None,
+            settings.gate,
+            model=args.model,
+            evalset=args.evalset,
+            evalsets_dir=settings.evalsets_dir,
+            drift=settings.drift,
+        )
+        if review is not None:
+            review = replace(review, title=f"{report.week} {title}")
+        return emit_gate(
+            report,
+            args.markdown,
+            args.junit,
+            args.slices,
+            args.strict,
+            review=review,
+            history=history,
+        )
 
 
 def evaluate(argv: Sequence[str]) -> int:
@@ -145,23 +198,37 @@ def evaluate(argv: Sequence[str]) -> int:
     args = _parse(evaluate_parser(), argv)
     if isinstance(args, int):
         return args
-    from evalsentry.candidate import candidate_evalsets, evaluate_candidate
+    title = f"{args.model} candidate {args.checkpoint.name}"
+    review = review_of(args, "evaluate", args.evalset or [], title)
+    with reported(review):
+        from evalsentry.candidate import candidate_evalsets, evaluate_candidate
 
-    settings, history = project(args.config)
-    names = candidate_evalsets(
-        args.model, settings, history, args.evalset, new_model=args.new_model
-    )
-    run = evaluate_candidate(
-        args.checkpoint,
-        args.model,
-        names,
-        settings,
-        history,
-        device=args.device,
-        strict=args.strict,
-        revalidate=args.revalidate,
-    )
-    return emit_gate(run.report, args.markdown, args.junit, args.slices)
+        settings, history = project(args.config)
+        names = candidate_evalsets(
+            args.model, settings, history, args.evalset, new_model=args.new_model
+        )
+        run = evaluate_candidate(
+            args.checkpoint,
+            args.model,
+            names,
+            settings,
+            history,
+            device=args.device,
+            strict=args.strict,
+            revalidate=args.revalidate,
+        )
+        html = None
+        if args.html is not None:
+            html = (args.html, lambda report: candidate_html(history, run, report))
+        return emit_gate(
+            run.report,
+            args.markdown,
+            args.junit,
+            args.slices,
+            review=review,
+            history=history,
+            html=html,
+        )
 
 
 #: The commands ``evalsentry.cli.main`` runs without Typer, by name.
@@ -190,45 +257,60 @@ def project(config: Path | None) -> tuple[Config, History]:
     return settings, history
 
 
+def candidate_html(history: History, run: CandidateRun, report: GateReport) -> str:
+    """The candidate's HTML report (``--html``)."""
+    from evalsentry.candidate_report import render_candidate
+
+    return render_candidate(history, run, report)
+
+
 def emit_gate(
     report: GateReport,
     markdown: Path | None,
     junit: Path | None,
     show_slices: bool,
     strict: bool = False,
+    *,
+    review: Review | None = None,
+    history: History | None = None,
+    html: tuple[Path, Callable[[GateReport], str]] | None = None,
 ) -> int:
     """Write the CI files, print the table and the verdict; the gate's exit code.
 
     The files are written first, whole or not at all, their folders created as needed: a path
     that cannot be written is unusable input (exit 2), whatever the gate found. ``strict``
     (``--strict``, or ``gate.strict`` in the config) makes an INCONCLUSIVE verdict exit 1.
+    ``review`` adds the pull request's outputs: the comment file, and on GitHub the job
+    summary and annotations; ``history`` lists the flipped examples in them.
     """
-    from dataclasses import replace
-
     from evalsentry.report import HEADERS, comparison_rows, gate_junit, gate_markdown
-    from evalsentry.storage import filesystem, write_atomic
 
     if strict and not report.strict:
         report = replace(report, strict=True)
-    for option, path, render in (
+    outputs: list[Output] = [
         ("--markdown", markdown, gate_markdown),
         ("--junit", junit, gate_junit),
-    ):
-        if path is None:
-            continue
-        fs, target = filesystem(str(path))
-        try:
-            write_atomic(fs, target, render(report).encode())
-        except OSError as exc:
-            blocked = isinstance(exc, FileExistsError | NotADirectoryError)
-            reason = "a file stands where a folder is needed" if blocked else exc.strerror
-            raise UsageError(
-                f"{option} {path}: cannot write it ({reason or exc}); "
-                "give a file path in a folder you can write to"
-            ) from None
+    ]
+    if html is not None:
+        outputs.append(("--html", *html))
+    summary = None
+    if review is not None:
+        summary = review_outputs(report, review, history, outputs)
+    for option, path, render in outputs:
+        if path is not None:
+            write_output(option, path, render(report))
+    if summary is not None:
+        append_summary(summary)
+    if review is not None:
+        say_where(review, summary)
 
     shown = [c for c in report.comparisons if show_slices or not c.slice]
     print_table(f"evalsentry gate {report.week}: {report.verdict}", HEADERS, comparison_rows(shown))
+    if review is not None and review.github:
+        from evalsentry.ci_github import workflow_annotations
+
+        for line in workflow_annotations(report):
+            echo(line)
     if report.exit_code:
         echo("error: " + report.message().replace("\n", "\n  "), err=True)
     else:

@@ -1,8 +1,13 @@
-"""init: a starter project (evalsentry.yaml, prefect.yaml, evalsets/) in a team's own folder."""
+"""init: a starter project (evalsentry.yaml, prefect.yaml, evalsets/) in a team's own folder.
+
+``init --ci github`` (or ``gitlab``) adds the pull request check: a workflow that evaluates a
+branch's checkpoint against production and reports where the team reviews.
+"""
 
 from __future__ import annotations
 
 import shlex
+from enum import StrEnum
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
@@ -88,6 +93,130 @@ def write_project(root: Path) -> list[tuple[str, Path, str]]:
     return done
 
 
+class CI(StrEnum):
+    """The CI systems ``init --ci`` writes a pull request check for."""
+
+    GITHUB = "github"
+    GITLAB = "gitlab"
+
+
+#: Each CI's file, relative to the repository's root, and the template it is written from.
+CI_FILES = {
+    CI.GITHUB: (".github/workflows/evalsentry.yml", "github-workflow.yml"),
+    CI.GITLAB: (".gitlab/evalsentry.gitlab-ci.yml", "gitlab-ci.yml"),
+}
+#: GitLab reads one file at the root; init writes one that includes the job where there is none.
+GITLAB_ROOT = ".gitlab-ci.yml"
+PROJECT_CONFIG = PROJECT_FILES[0]
+
+
+def repository_root(folder: Path) -> Path | None:
+    """The root of the git repository that holds ``folder`` (which may not exist yet), if any."""
+    start = folder.resolve()
+    for candidate in [start, *start.parents]:
+        if (candidate / ".git").exists():
+            return candidate
+    return None
+
+
+def _ci_layout(folder: Path) -> tuple[Path, str]:
+    """Where CI files go (the repository's root, else ``folder``) and the project's folder from there."""
+    project = folder.resolve()
+    root = repository_root(project) or project
+    return root, project.relative_to(root).as_posix()
+
+
+def render_ci(ci: CI, workdir: str) -> str:
+    """The ``ci`` check's file for a project in ``workdir`` (``.``: the repository's root)."""
+    prefix = "" if workdir == "." else workdir.rstrip("/") + "/"
+    text = _template(CI_FILES[ci][1])
+    return (
+        text.replace("@PREFIX@", prefix)
+        .replace("@WORKDIR@", workdir)
+        .replace("@INCLUDE@", CI_FILES[CI.GITLAB][0])
+    )
+
+
+def ci_target(folder: Path, ci: CI) -> Path:
+    """Where the ``ci`` check of the project in ``folder`` is written."""
+    root, _ = _ci_layout(folder)
+    return root / CI_FILES[ci][0]
+
+
+def _check_ci_writable(folder: Path, ci: CI) -> Path:
+    """The CI file's path; refused, before anything is written, if a file is already there."""
+    target = ci_target(folder, ci)
+    if target.exists() or target.is_symlink():
+        raise UsageError(
+            f"{target}: already exists; init never overwrites a file. Move it aside and run "
+            f"`evalsentry init --ci {ci}` again, or merge the two by hand"
+        )
+    return target
+
+
+def write_ci(folder: Path, ci: CI) -> list[tuple[str, Path, str]]:
+    """Write the pull request check of ``ci`` for the project in ``folder``.
+
+    The file goes to the git repository's root (CI systems read it only there), its paths and
+    working directory pointing at ``folder``; outside a repository, into ``folder``. It is
+    never replaced. For GitLab a ``.gitlab-ci.yml`` that includes the job is written where
+    there is none; an existing one is kept, with a note saying what to add.
+
+    Raises:
+        UsageError: naming the file in the way, or the one that could not be written.
+    """
+    target = _check_ci_writable(folder, ci)
+    root, workdir = _ci_layout(folder)
+    done: list[tuple[str, Path, str]] = []
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("x", encoding="utf-8") as handle:
+            handle.write(render_ci(ci, workdir))
+        note = "" if (root / ".git").exists() else "not in a git repository: move it to its root"
+        done.append(("wrote", target, note))
+        if ci == CI.GITLAB:
+            include = f"include:\n  - local: {CI_FILES[ci][0]}\n"
+            main = root / GITLAB_ROOT
+            if not main.exists():
+                main.write_text(include, encoding="utf-8")
+                done.append(("wrote", main, ""))
+            elif CI_FILES[ci][0] not in main.read_text(encoding="utf-8", errors="replace"):
+                done.append(
+                    (
+                        "kept",
+                        main,
+                        f"include the job: add `- local: {CI_FILES[ci][0]}` under include:",
+                    )
+                )
+    except OSError as exc:
+        raise UsageError(
+            f"{exc.filename or target}: cannot write it ({exc.strerror or exc}); "
+            "give a folder you can write to"
+        ) from None
+    return done
+
+
+CI_NEXT_STEPS = {
+    CI.GITHUB: """\
+Next steps for the pull request check ({file}):
+  1. Point store: and registry: in evalsentry.yaml at a store the job can reach (s3://...),
+     and add its credentials as repository secrets EVALSENTRY_AWS_ACCESS_KEY_ID and
+     EVALSENTRY_AWS_SECRET_ACCESS_KEY (variable EVALSENTRY_AWS_REGION)
+  2. In the workflow set EVALSENTRY_MODEL, EVALSENTRY_CHECKPOINT, the install line, and the
+     paths that change a model
+  3. Commit it: each pull request that touches them gets the check, a job summary and one
+     comment, updated on every push""",
+    CI.GITLAB: """\
+Next steps for the merge request check ({file}):
+  1. Point store: and registry: in evalsentry.yaml at a store the job can reach (s3://...),
+     with its credentials as masked CI/CD variables
+  2. Add a project access token (api scope) as the masked variable EVALSENTRY_GITLAB_TOKEN,
+     for the one merge request note
+  3. In the job set EVALSENTRY_MODEL, EVALSENTRY_CHECKPOINT, the install line and the
+     changes: that trigger it, then commit it""",
+}
+
+
 NEXT_STEPS = """\
 Next steps{where}:
   1. Freeze an evaluation set from a CSV or Parquet file:
@@ -110,14 +239,36 @@ def init(
     folder: Annotated[
         Path, typer.Argument(help="Folder to set up (created if missing).", show_default=True)
     ] = Path(),
+    ci: Annotated[
+        CI | None,
+        typer.Option(
+            "--ci",
+            help="Also write the pull request check for this CI: a GitHub Actions workflow or a "
+            "GitLab CI job (at the git repository's root). In an existing project it writes "
+            "only that.",
+        ),
+    ] = None,
 ) -> None:
     """Write a starter project: evalsentry.yaml, prefect.yaml, evalsets/ and a .gitignore.
 
     Never overwrites: an existing evalsentry.yaml or prefect.yaml is refused (exit 2) and
     nothing is written. The deployments run the flows of the installed evalsentry package.
+    With ``--ci``, a folder that holds a project gets only the CI file; an existing CI file is
+    refused the same way.
     """
-    for what, path, note in write_project(folder):
+    started = ci is not None and (folder / PROJECT_CONFIG).is_file()
+    done = []
+    if ci is not None:
+        _check_ci_writable(folder, ci)  # before the project is written, not after
+    if not started:
+        done += write_project(folder)
+    if ci is not None:
+        done += write_ci(folder, ci)
+    for what, path, note in done:
         typer.echo(f"{what} {path}" + (f" ({note})" if note else ""))
-    here = folder.resolve() == Path.cwd().resolve()
-    where = "" if here else f" (first: cd {shlex.quote(str(folder))})"
-    typer.echo(NEXT_STEPS.format(where=where, folder=shlex.quote(str(folder.resolve()))))
+    if not started:
+        here = folder.resolve() == Path.cwd().resolve()
+        where = "" if here else f" (first: cd {shlex.quote(str(folder))})"
+        typer.echo(NEXT_STEPS.format(where=where, folder=shlex.quote(str(folder.resolve()))))
+    if ci is not None:
+        typer.echo(CI_NEXT_STEPS[ci].format(file=ci_target(folder, ci)))

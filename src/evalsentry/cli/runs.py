@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -107,7 +108,14 @@ def demo(
 
     from evalsentry.errors import UsageError
     from evalsentry.orchestration import ensure_prefect_api, import_flow
+    from evalsentry.trust import import_path
 
+    # The program imports from no working folder (see `entry`); the demo is the one command
+    # that runs the repository's own example code, so a checkout's root joins the path, after
+    # the standard library, when the demo is there.
+    root = Path.cwd()
+    if (root / "examples" / "digits" / "demo.py").is_file():
+        sys.path[:] = import_path([str(root), *sys.path])
     try:
         found = importlib.util.find_spec("examples.digits.demo") is not None
     except ModuleNotFoundError:  # no `examples` package here at all

@@ -1,0 +1,142 @@
+"""A candidate's HTML report: its verdicts, the examples that flipped, its lineage and cost.
+
+What ``evalsentry evaluate --html`` writes for a pull request's reviewers: one self-contained
+page (no network, no script), uploaded beside the JUnit file as the check's artifact.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from evalsentry import units
+from evalsentry.flips import report_flips
+from evalsentry.html_report import STYLE, VERDICT_COLOUR
+from evalsentry.report import HEADERS, comparison_rows, overview
+
+if TYPE_CHECKING:
+    from evalsentry.candidate import CandidateRun
+    from evalsentry.history import History
+    from evalsentry.verdicts import GateReport
+
+LINEAGE_HEADERS = [
+    *("evalset", "status", "git", "data", "seed", "trained", "config"),
+    *("device", "time", "energy", "cost"),
+]
+#: Example ids listed per flip list (the history's predictions hold every one).
+IDS_SHOWN = 1000
+
+
+def _esc(value: object) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    head = "".join(f"<th>{_esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _ids(ids: Sequence[str]) -> str:
+    more = len(ids) - IDS_SHOWN
+    return ", ".join(ids[:IDS_SHOWN]) + (f" and {more} more" if more > 0 else "") or "none"
+
+
+def render_candidate(history: History, run: CandidateRun, report: GateReport) -> str:
+    """The page of ``run``'s candidate as ``report`` (the run's report, maybe made strict) judged it.
+
+    It renders the verdicts it is given, with the flipped examples read from the history's
+    predictions; it runs no gate of its own.
+    """
+    evaluations = [o.evaluation for o in run.outcomes]
+    first = evaluations[0] if evaluations else {}
+    verdict = str(report.verdict)
+    body = [
+        f"<h1>evalsentry candidate {_esc(first.get('model', ''))}: "
+        f'<span class="verdict" style="color:{VERDICT_COLOUR[verdict]}">{verdict}</span></h1>',
+        f"<p><strong>{_esc(report.headline())}</strong></p>",
+        f"<p>{_esc(overview(report, report.comparisons))}</p>",
+        f"<p>Checkpoint <code>{_esc(first.get('checkpoint_uri', ''))}</code>, sha256 "
+        f"<code>{_esc(first.get('checkpoint_sha256', ''))}</code>; recorded as a candidate check "
+        f"of week {_esc(run.week)}, run {_esc(run.run_id)}.</p>",
+        "<h2>Verdicts</h2>",
+        _table(HEADERS, comparison_rows(report.comparisons))
+        if report.comparisons
+        else "<p>Nothing to compare yet.</p>",
+    ]
+    flips = report_flips(history, report.comparisons)
+    if flips:
+        body.append("<h2>Flipped examples</h2>")
+        for f in flips:
+            body.append(f"<h3>{_esc(f.label)}</h3>")
+            body.append(
+                _table(
+                    ["", "examples", "ids"],
+                    [
+                        ["newly wrong", len(f.newly_wrong), _ids(f.newly_wrong)],
+                        ["newly right", len(f.newly_right), _ids(f.newly_right)],
+                    ],
+                )
+            )
+    metrics = [m for o in run.outcomes for m in o.metrics if not m.get("slice")]
+    body.append("<h2>Metrics</h2>")
+    body.append(
+        _table(
+            ["evalset", "metric", "value", "95% CI", "n"],
+            [
+                [
+                    m["evalset"],
+                    m["metric"],
+                    f"{m['value']:.4f}",
+                    f"[{m['ci_low']:.4f}, {m['ci_high']:.4f}]",
+                    m.get("n"),
+                ]
+                for m in metrics
+            ],
+        )
+    )
+    body.append("<h2>Lineage and cost</h2>")
+    body.append(
+        _table(
+            LINEAGE_HEADERS,
+            [
+                [
+                    e.get("evalset"),
+                    e["status"] if e.get("status") == "ok" else f"error: {e.get('error')}",
+                    str(e.get("git_sha") or "")[:10] + ("+dirty" if e.get("git_dirty") else ""),
+                    str(e.get("data_sha") or "")[:12],
+                    e.get("seed"),
+                    str(e.get("trained_at") or "")[:19],
+                    e.get("config_json"),
+                    e.get("device_name") or e.get("device") or "",
+                    units.duration(e.get("wall_s")),
+                    units.energy(e.get("energy_kwh")),
+                    units.money(e.get("cost"), e.get("currency")),
+                ]
+                for e in evaluations
+            ],
+        )
+    )
+    body.append("<h2>Data validation</h2>")
+    body.append(
+        _table(
+            ["evalset", "result", "expectations", "failed"],
+            [
+                [
+                    name,
+                    "passed" if v.get("success") else f"FAILED: {v.get('error', '')}",
+                    v.get("evaluated", ""),
+                    v.get("failed", ""),
+                ]
+                for name, v in run.validations.items()
+            ],
+        )
+    )
+    title = f"evalsentry candidate {first.get('model', '')}: {verdict}"
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_esc(title)}</title><style>{STYLE}</style></head><body>"
+        + "".join(body)
+        + "</body></html>\n"
+    )
