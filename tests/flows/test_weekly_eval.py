@@ -124,13 +124,13 @@ class TestWeeklyEval:
 
         Progress is throttled to one update a second, but every inference's ends at 100%. The
         inference task takes a ``gpu`` slot only on CUDA. The table is rounded; the link opens
-        this run's HTML report, and says it is a file on the worker's host.
+        this run's HTML report over HTTP (the report server), never as a file:// URL.
         """
         state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         flow_run_id = state.state_details.flow_run_id
         name = run_name(flow_run_id)
         assert re.fullmatch(r"weekly-eval-2026-W40-backfill-[0-9a-f]{6}", name)
-        assert name.endswith(str(flow_run_id).replace("-", "")[:6])
+        assert name.endswith(str(flow_run_id).replace("-", "")[-6:])  # the random end of the id
         artifacts = asyncio.run(_artifacts(flow_run_id))
         assert {
             "weekly-eval-report",
@@ -147,8 +147,8 @@ class TestWeeklyEval:
         assert "### Lineage and cost" in (reports / f"{name}.md").read_text()
         (link,) = artifacts["weekly-eval-report-file"]
         assert link.data == (
-            f"[HTML report of {name} (a file on the worker's host: open it there)]"
-            f"({(reports / f'{name}.html').as_uri()})"
+            f"[HTML report of {name} (open it while `evalsentry serve-reports` runs where the "
+            f"store is)](http://127.0.0.1:8470/{name}.html)"
         )
         (table,) = artifacts["weekly-eval-metrics"]
         rows = json.loads(table.data) if isinstance(table.data, str) else table.data
@@ -238,14 +238,19 @@ class TestEvaluateCandidate:
             return_state=True,
         )
         assert bad.is_failed() and "vs production" in bad.message
-        assert bad.message.startswith(f"{iso_week()}: FAIL toy-model (candidate file) accuracy -")
+        bad_sha = hashlib.sha256(toy_checkpoints["degraded"].read_bytes()).hexdigest()[:8]
+        assert bad.message.startswith(
+            f"{iso_week()}: FAIL toy-model (candidate {bad_sha}) accuracy -"
+        )
         assert good.is_completed()
+        assert good.message.startswith(f"{iso_week()}: PASS")  # the verdict, not only "Completed"
         sha = hashlib.sha256(toy_checkpoints["good"].read_bytes()).hexdigest()[:8]
         name = run_name(good.state_details.flow_run_id)
         assert re.fullmatch(rf"evaluate-candidate-toy-model-{sha}-[0-9a-f]{{6}}", name)
         reports = Path(load_config(toy_project).store_url) / "reports"
-        assert (reports / f"{name}.md").is_file()
+        assert (reports / f"{name}.md").is_file() and (reports / f"{name}.html").is_file()
         assert (reports / f"evaluate-candidate-{iso_week()}.md").is_file()
+        assert (reports / f"evaluate-candidate-{iso_week()}.html").is_file()
         kinds = history(toy_project).evaluations()["kind"].value_counts().to_dict()
         assert kinds == {"scheduled": 1, "candidate": 2}
 
@@ -338,7 +343,8 @@ class TestDrift:
             toy_project.read_text() + f"drift:\n  fail_run: true\n  live:\n    toy: {live}\n"
         )
         state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
-        assert state.is_failed() and "DRIFT toy" in state.message
+        assert state.is_failed()
+        assert state.message.startswith("2026-W40: FAIL drift in 4 feature(s): toy mean PSI")
 
     def test_a_misspelt_drift_entry_fails_the_run_before_evaluating(
         self, toy_project: Path
