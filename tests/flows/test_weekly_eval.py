@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from evalsentry.history import History
 from evalsentry.registry import Registry
 from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device
 from evalsentry.weeks import iso_week
-from tests.flows.api import task_runs
+from tests.flows.api import alerts_of, run_logs, task_runs
 from tests.flows.test_s3_store import s3_endpoint, s3_project  # noqa: F401 - fixtures, moto on loopback
 from tests.models import TRUST, SlowNet
 from tests.unit.test_evalsets import edit
@@ -322,11 +323,25 @@ class TestDrift:
     def test_drift_is_recorded_reported_and_does_not_fail_by_default(
         self, toy_project: Path, toy_evalset: Path, tmp_path: Path
     ) -> None:
-        """A shifted live sample yields drift rows and an HTML report; the run still completes."""
+        """A shifted live sample yields drift rows and an HTML report; the run completes, a WARN:
+        drift leads its state message and its log, one WARNING line per drifted feature."""
         live = self.shifted_live_sample(toy_evalset, tmp_path)
         toy_project.write_text(toy_project.read_text() + f"drift:\n  live:\n    toy: {live}\n")
         state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         assert state.is_completed()
+        headline = "2026-W40: WARN drift in 4 feature(s): toy mean PSI"
+        assert (state.message or "").startswith(headline)
+        logs = run_logs(state.state_details.flow_run_id)
+        assert logs[0][0] == logging.WARNING and logs[0][1] == state.message
+        features = [message for _, message in logs[1:5]]
+        assert [level for level, _ in logs[1:5]] == [logging.WARNING] * 4
+        assert [m.split(":")[0] for m in features] == [
+            "FAIL drift toy mean",
+            "FAIL drift toy max",
+            "FAIL drift toy min",
+            "FAIL drift toy predicted_class of toy-model",
+        ]
+        assert alerts_of(state, "2026-W40", expect=False) == []  # a WARN week alerts no one
         drift = history(toy_project).drift()
         assert set(drift["kind"]) == {"input", "prediction"}
         assert (drift["verdict"] == "FAIL").any()
@@ -337,7 +352,8 @@ class TestDrift:
     def test_drift_can_fail_the_run(
         self, toy_project: Path, toy_evalset: Path, tmp_path: Path
     ) -> None:
-        """With drift.fail_run, FAIL-level drift ends the run Failed, naming the feature."""
+        """With drift.fail_run, FAIL-level drift ends the run Failed, naming the feature, and its
+        alert's text leads with that headline and lists the drifted features."""
         live = self.shifted_live_sample(toy_evalset, tmp_path)
         toy_project.write_text(
             toy_project.read_text() + f"drift:\n  fail_run: true\n  live:\n    toy: {live}\n"
@@ -345,6 +361,11 @@ class TestDrift:
         state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         assert state.is_failed()
         assert state.message.startswith("2026-W40: FAIL drift in 4 feature(s): toy mean PSI")
+        (alert,) = alerts_of(state, "2026-W40")  # its one alert says why, drift first
+        text = alert.payload["text"].splitlines()
+        assert text[0] == "evalsentry: " + state.message.split(" | ")[0]
+        assert alert.payload["gate"] == "FAIL" and alert.payload["counts"]["DRIFT"] == 4
+        assert any(line.startswith("FAIL drift toy mean: PSI") for line in text)
 
     def test_a_misspelt_drift_entry_fails_the_run_before_evaluating(
         self, toy_project: Path
