@@ -135,6 +135,7 @@ class TestWeeklyEval:
         artifacts = asyncio.run(_artifacts(flow_run_id))
         assert {
             "weekly-eval-report",
+            "weekly-eval-details",
             "weekly-eval-metrics",
             "weekly-eval-report-file",
             "weekly-eval-lifetime-bill",

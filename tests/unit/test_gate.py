@@ -552,3 +552,31 @@ class TestDriftIsAVerdict:
         assert [d.psi for d in report.drift] == [7.05] and report.verdict == Verdict.WARN
         failing = gate_week(history, "2026-W40", GatePolicy(), drift=DriftPolicy(fail_run=True))
         assert failing.verdict == Verdict.FAIL and failing.exit_code == 1
+
+
+class TestNames:
+    def test_a_version_read_back_as_a_float_still_reads_as_an_integer(self) -> None:
+        """Parquet gives a fanned-out week's versions back as floats: m@v2, never m@v2.0."""
+        from evalsentry.pipeline import Target
+
+        comparison = judged(Verdict.FAIL, version=np.float64(2.0))
+        report = GateReport("2026-W41", [comparison])
+        assert report.headline() == "2026-W41: FAIL m@v2 accuracy -5.0 pts (p=0.002)"
+        assert comparison.describe().startswith("FAIL m@v2 on toy: ")
+        target = Target("m", "m.pt", version=2.0, sha256="ab" * 32)  # type: ignore[arg-type]
+        assert (target.label, target.slug) == ("m@v2", "m-v2")
+
+    def test_a_candidate_file_is_named_by_its_sha256(self) -> None:
+        """A file evaluated as a candidate names its bytes (`m (candidate 9ae2a1ad)`), in the
+        headline, the task name part and the progress artifact's label alike."""
+        from evalsentry.pipeline import Target
+
+        sha = "9ae2a1ad" + "0" * 56
+        comparison = judged(Verdict.FAIL, version=None, checkpoint_sha256=sha)
+        assert (
+            GateReport("2026-W41", [comparison])
+            .headline()
+            .startswith("2026-W41: FAIL m (candidate 9ae2a1ad) accuracy -5.0 pts")
+        )
+        target = Target("m", "m.pt", sha256=sha)
+        assert (target.label, target.slug) == ("m (candidate 9ae2a1ad)", "m-9ae2a1ad")
