@@ -84,3 +84,13 @@ def alerts_of(state: Any, week: str, *, expect: bool = True) -> list[Any]:
         time.sleep(QUIET_S)  # a second event would arrive by now
         found = wait_for_events(WEEK_FAILED, f"evalsentry.week.{week}", 0, flow_run_id=run)
     return found
+
+
+def run_name(flow_run_id: object) -> str:
+    """The flow run's name, as the API recorded it."""
+
+    async def read() -> str:
+        async with get_client() as client:
+            return str((await client.read_flow_run(flow_run_id)).name)
+
+    return asyncio.run(read())

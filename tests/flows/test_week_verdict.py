@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evalsentry.flows.weekly_eval import weekly_eval
-from tests.flows.api import alerts_of, run_logs
+from tests.flows.api import alerts_of, run_logs, run_name
 
 
 class TestTheVerdictLeads:
@@ -74,3 +74,30 @@ class TestEveryFailedRunAlertsOnce:
         assert state.is_failed() and "ISO week" in (state.message or "")
         (alert,) = alerts_of(state, "W49")
         assert alert.payload["headline"].startswith("W49: ERROR ")
+
+
+class TestNames:
+    def test_a_fanned_out_child_is_named_after_its_parent_run(self, toy_project: Path) -> None:
+        """evaluate-one's name: the model, an integer version, the evalset, the week, and the
+        end of the parent flow run's id (as the parent's own name ends), not the history's."""
+        from prefect import flow, runtime
+
+        from evalsentry.flows.evaluate_one import evaluate_one
+
+        @flow(name="fan-out-parent")
+        def parent() -> tuple[str, str]:
+            child = evaluate_one(
+                model="toy-model",
+                version=1,
+                evalset="toy",
+                week="2026-W40",
+                run_id="history-run-id-not-the-parent",
+                config_path=str(toy_project),
+                return_state=True,
+            )
+            return str(runtime.flow_run.id), str(child.state_details.flow_run_id)
+
+        parent_id, child_id = parent()
+        assert run_name(child_id) == (
+            f"evaluate-one-toy-model-v1-toy-2026-W40-{parent_id.replace('-', '')[-6:]}"
+        )

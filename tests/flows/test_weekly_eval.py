@@ -22,7 +22,7 @@ from evalsentry.history import History
 from evalsentry.registry import Registry
 from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device
 from evalsentry.weeks import iso_week
-from tests.flows.api import alerts_of, run_logs, task_runs
+from tests.flows.api import alerts_of, run_logs, run_name, task_runs
 from tests.flows.test_s3_store import s3_endpoint, s3_project  # noqa: F401 - fixtures, moto on loopback
 from tests.models import TRUST, SlowNet
 from tests.unit.test_evalsets import edit
@@ -45,16 +45,6 @@ async def _artifacts(flow_run_id: object) -> dict[str, list[Any]]:
     for artifact in artifacts:
         found.setdefault(artifact.key or str(artifact.type), []).append(artifact)
     return found
-
-
-def run_name(flow_run_id: object) -> str:
-    """The flow run's name, as the API recorded it."""
-
-    async def read() -> str:
-        async with get_client() as client:
-            return str((await client.read_flow_run(flow_run_id)).name)
-
-    return asyncio.run(read())
 
 
 def test_inference_is_tagged_gpu_only_on_cuda() -> None:
