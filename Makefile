@@ -65,8 +65,9 @@ deploy: $(STAMP)
 	$(BIN)/prefect work-pool inspect gpu >/dev/null 2>&1 || $(BIN)/prefect work-pool create gpu --type process
 	EVALSENTRY_PROJECT_DIR=$(CURDIR) $(BIN)/prefect --no-prompt deploy --all
 
-# The failed-week alert: a webhook block from EVALSENTRY_ALERT_WEBHOOK_URL and the automation in
-# flows/regression-alert.yaml posting one JSON summary per failed run to it. Re-run to update.
+# The weekly run's alerts: a webhook block from EVALSENTRY_ALERT_WEBHOOK_URL and the automations in
+# flows/week-alerts.yaml (a Failed, a Crashed, an overdue run: EVALSENTRY_ALERT_GRACE, default 6h)
+# posting one JSON summary per run to it. Re-run to update.
 alerts: $(STAMP)
 	$(BIN)/python -m evalsentry.flows.alerts
 

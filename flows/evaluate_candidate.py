@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, runtime
+from prefect import flow, runtime
 
 from evalsentry.candidate import CandidateNotEvaluated, CandidateSteps, candidate_evalsets
 from evalsentry.candidate import evaluate_candidate as evaluate_candidate_
 from evalsentry.config import load_config
 from evalsentry.errors import UsageError
-from evalsentry.flows.runs import RUN_ID_CHARS, fail, quiet_domain_errors, short_id
+from evalsentry.flows.runs import RUN_ID_CHARS, complete, fail, quiet_domain_errors, short_id
+from evalsentry.gate import Verdict
 from evalsentry.history import History
 from evalsentry.names import check_name
 from evalsentry.storage import sha256_file
@@ -53,7 +55,6 @@ def evaluate_candidate(
     Args:
         config_path: The project's evalsentry.yaml, relative to the run's working directory.
     """
-    logger = get_run_logger()
     quiet_domain_errors()
     settings = load_config(config_path)
     check_name("model", model)
@@ -92,11 +93,19 @@ def evaluate_candidate(
         validations,
         run_name=runtime.flow_run.name or f"evaluate-candidate-{model}-{run_id[:RUN_ID_CHARS]}",
         key_prefix="evaluate-candidate",
+        config=settings,
     )
-    logger.info("report: %s", location)
-    for comparison in report.warnings + (report.inconclusive if not report.strict else []):
-        logger.warning(comparison.describe())
     if report.problems:
         events.candidate_failed(report, model)
-        return fail(report.headline(), [c.describe() for c in report.problems])
-    return {"verdict": str(report.verdict), "report": location}
+        return fail(
+            report.headline(), [*[c.describe() for c in report.problems], f"report: {location}"]
+        )
+    # The Completed state's message is the verdict, as the weekly run's (words, not "Completed").
+    notes = report.warnings + (report.inconclusive if not report.strict else [])
+    level = logging.INFO if report.verdict == Verdict.PASS else logging.WARNING
+    return complete(
+        report.headline(),
+        level,
+        [*[(logging.WARNING, c.describe()) for c in notes], (logging.INFO, f"report: {location}")],
+        {"verdict": str(report.verdict), "report": location},
+    )

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import flow
+from prefect import flow, runtime
 
 from evalsentry.config import load_config
+from evalsentry.flows.runs import short_id
 from evalsentry.names import WEEKLY_RUN, WEEKLY_STAGES
 from evalsentry.pipeline import Target
 from evalsentry.registry import Registry
@@ -19,11 +20,22 @@ from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device
 from evalsentry.tasks.history import write_history
 
 
-# The parent's run id, shortened, tells apart the children of a re-run or a backfill of a week.
-@flow(
-    name="evaluate-one",
-    flow_run_name="evaluate-one-{model}-v{version}-{evalset}-{week}-{run_id:.6}",
-)
+def _run_name() -> str:
+    """``evaluate-one-<model>-v<version>-<evalset>-<week>-<the parent run's id, short>``.
+
+    The parent's flow run id, as its own name ends, tells apart the children of a re-run or a
+    backfill of a week and leads from a child to its parent; a child started by hand (no
+    parent) ends with its own id.
+    """
+    parameters = runtime.flow_run.parameters
+    parent = runtime.flow_run.parent_flow_run_id
+    return (
+        f"evaluate-one-{parameters.get('model')}-v{parameters.get('version')}-"
+        f"{parameters.get('evalset')}-{parameters.get('week')}-{short_id(parent)}"
+    )
+
+
+@flow(name="evaluate-one", flow_run_name=_run_name)
 def evaluate_one(
     model: str,
     version: int,

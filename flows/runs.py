@@ -4,9 +4,11 @@ Run names carry what distinguishes a run, and end with the first hex digits of i
 so two runs of one week (a re-run, a backfill) differ, and the report file named after the run
 is found from the run's page.
 
-A Failed week is the pipeline working, not crashing. The run's state message leads with the
-headline (what the UI shows before "See More" and what an automation quotes), and each detail
-is its own log line.
+A Failed week is the pipeline working, not crashing. Every finished week carries its verdict in
+its state message, headline first (what the UI shows before "See More" and what an automation
+quotes), and its log opens on the verdict: the headline and each detail, one line each, are
+stamped just before the run's first log line, so the Logs tab (oldest first) shows them first,
+then the run as it happened.
 
 Prefect 3.9's worker subprocess (`python -m prefect.engine`) asks the engine for the run's
 result at the end; for a Failed state that raises ``FailedRun``, which ``run_flow`` logs to the
@@ -21,11 +23,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from prefect import get_run_logger, runtime
 from prefect.client.schemas.objects import State
 from prefect.exceptions import FailedRun
-from prefect.states import Failed
+from prefect.states import Completed, Failed
 
 from evalsentry.errors import EvalsentryError
 
@@ -35,9 +38,14 @@ SEPARATOR = " | "  # joins the headline and the details into one line for the st
 MESSAGE_DETAILS = 3  # details in the state message; the log and the report hold all of them
 
 
-def short_id() -> str:
-    """The first hex digits of the current flow run's id (``local`` outside a run)."""
-    return str(runtime.flow_run.id or "").replace("-", "")[:RUN_ID_CHARS] or "local"
+def short_id(flow_run_id: object = None) -> str:
+    """The last hex digits of a flow run's id (the current run's; ``local`` outside a run).
+
+    The last, not the first: the ids of the runs a server schedules are time-ordered (UUID
+    version 7), so runs created together share their first digits; the tail is random.
+    """
+    run_id = flow_run_id if flow_run_id is not None else runtime.flow_run.id
+    return str(run_id or "").replace("-", "")[-RUN_ID_CHARS:] or "local"
 
 
 class VerdictIsNotACrash(logging.Filter):
@@ -81,17 +89,79 @@ def quiet_domain_errors() -> None:
         target.addFilter(_ONE_LINE)
 
 
+#: A record carrying this attribute (a Unix time) is stamped with it: see :func:`log_verdict`.
+STAMP = "evalsentry_stamp"
+
+
+class VerdictFirst(logging.Filter):
+    """Gives a record the time in its ``evalsentry_stamp`` attribute, if it has one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Restamp a verdict line; keep every record."""
+        stamp = getattr(record, STAMP, None)
+        if isinstance(stamp, float):
+            record.created = stamp
+            record.msecs = (stamp - int(stamp)) * 1000
+        return True
+
+
+_FIRST = VerdictFirst()
+
+
+def _first_log_time() -> float | None:
+    """Just before the first log line of the current flow run, as a Unix time (None if unknown)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
+
+    run_id = runtime.flow_run.id
+    if not run_id:
+        return None
+    try:
+        with get_client(sync_client=True) as client:
+            first = client.read_logs(
+                LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])),
+                limit=1,
+                sort=LogSort.TIMESTAMP_ASC,
+            )
+            run = client.read_flow_run(run_id)
+    except Exception:  # noqa: BLE001 - without the API the lines keep their own time
+        return None
+    times = [log.timestamp.timestamp() for log in first]
+    times += [t.timestamp() for t in (run.created, run.start_time) if t is not None]
+    return min(times) - VERDICT_LEAD_S if times else None
+
+
+VERDICT_LEAD_S = 0.001  # the verdict's first line, before the run's first log line
+VERDICT_STEP_S = 0.000_01  # between the verdict's lines, which keep their order
+
+
+def log_verdict(lines: Sequence[tuple[int, str]]) -> None:
+    """Log ``(level, text)`` lines as the head of the run's log: the verdict, then its details.
+
+    Each is one record of the flow run's logger, stamped just before the run's first log line
+    (in their order), so the Prefect UI's Logs tab, oldest first, opens on them.
+    """
+    logger = get_run_logger()
+    target = logging.getLogger("prefect.flow_runs")
+    if _FIRST not in target.filters:
+        target.addFilter(_FIRST)
+    start = _first_log_time()
+    for index, (level, text) in enumerate(lines):
+        extra: dict[str, Any] = {}
+        if start is not None:
+            extra[STAMP] = start + index * VERDICT_STEP_S
+        logger.log(level, text, extra=extra)
+
+
 def fail(headline: str, details: Sequence[str]) -> State:
-    """Log the headline and each detail as its own line; the Failed state the flow returns.
+    """Log the headline and each detail as the head of the run's log; the Failed state to return.
 
     The state message is one line, so the run's "Finished in state Failed(...)" log line holds
     no escaped newlines: the headline, then the first ``MESSAGE_DETAILS`` details, `` | ``
     between them, and how many more the log holds.
     """
-    logger = get_run_logger()
-    logger.error(headline)
-    for line in details:
-        logger.error(line)
+    log_verdict([(logging.ERROR, line) for line in [headline, *details]])
     shown = list(details[:MESSAGE_DETAILS])
     if len(details) > MESSAGE_DETAILS:
         shown.append(f"{len(details) - MESSAGE_DETAILS} more in the run's log and report")
@@ -104,23 +174,24 @@ def fail(headline: str, details: Sequence[str]) -> State:
     return Failed(message=message)
 
 
-def outcome_line(state: State) -> str:
-    """How a finished run reads in a terminal: its verdict, or what a Completed week found.
+def complete(headline: str, level: int, details: Sequence[tuple[int, str]], data: Any) -> State:
+    """Log the headline (at ``level``) and its details as the head of the log; the end state.
 
-    ``flow run Completed: 2026-W40: PASS, 2 evaluation(s), 0 warning(s); report file:///...``;
-    unresolved comparisons (informational) are counted after the warnings.
+    The state message is the headline (the verdict: ``2026-W49: PASS, 0 warning(s)``), so a
+    Completed run reads as what it found, not only as "Completed"; ``data`` is its result.
+    """
+    log_verdict([(level, headline), *details])
+    return Completed(message=headline, data=data)
+
+
+def outcome_line(state: State) -> str:
+    """How a finished run reads in a terminal: its verdict (the state message) and its report.
+
+    ``flow run Completed: 2026-W40: PASS, 0 warning(s); report file:///...``, or the Failed
+    run's verdict.
     """
     text = state.message or ""
-    if state.is_completed() and not text:
-        result = state.result(raise_on_failure=False)
-        if isinstance(result, dict) and {"week", "verdict", "evaluations"} <= set(result):
-            unsure = len(result.get("inconclusive", []))
-            unresolved = len(result.get("unresolved", []))
-            text = (
-                f"{result['week']}: {result['verdict']}, {result['evaluations']} evaluation(s), "
-                + (f"{unsure} inconclusive, " if unsure else "")
-                + f"{len(result.get('warnings', []))} warning(s)"
-                + (f", {unresolved} unresolved" if unresolved else "")
-                + f"; report {result.get('report')}"
-            )
+    result = state.result(raise_on_failure=False) if state.is_completed() else None
+    if isinstance(result, dict) and result.get("report"):
+        text += f"; report {result['report']}"
     return f"flow run {state.name}: {text}" if text else f"flow run {state.name}"

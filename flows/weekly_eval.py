@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from prefect import flow, get_run_logger, runtime
-from prefect.client.schemas.objects import State
+from prefect.client.schemas.objects import FlowRun, State
 from prefect.context import FlowRunContext
 
+from evalsentry.alerts import failure_summary
 from evalsentry.config import Config, load_config
 from evalsentry.cost import CostMeter
 from evalsentry.drift import DriftResult
@@ -22,7 +24,14 @@ from evalsentry.errors import (
 )
 from evalsentry.evalsets import Evalset, list_evalsets
 from evalsentry.flows.dask_cluster import dask_runner
-from evalsentry.flows.runs import RUN_ID_CHARS, fail, quiet_domain_errors, short_id
+from evalsentry.flows.runs import (
+    RUN_ID_CHARS,
+    SEPARATOR,
+    complete,
+    fail,
+    quiet_domain_errors,
+    short_id,
+)
 from evalsentry.gate import GateReport, Verdict
 from evalsentry.history import History
 from evalsentry.isolation import prestart
@@ -77,23 +86,6 @@ def _run_name() -> str:
         return f"weekly-eval-{resolve_week(week)}-{run_trigger(week)}-{short_id()}"
     except EvalsentryError:  # the flow itself fails on the bad week, with the message
         return f"weekly-eval-invalid-week-{short_id()}"
-
-
-def _verdict(report: GateReport, drifted: Sequence[DriftResult]) -> State:
-    """The Failed end of a week: headline first, one line per FAIL, ERROR and failed drift."""
-    drift = [
-        " ".join(filter(None, ["DRIFT", d.evalset, d.model, f"{d.feature}:"]))
-        + f" PSI {d.psi:.3f}, p={d.p_adjusted:.2g}"
-        for d in drifted
-    ]
-    if report.problems:
-        headline = report.headline() + (f", drift in {len(drift)} feature(s)" if drift else "")
-    else:
-        headline = f"{report.week}: {drift[0]}" + (
-            f" and {len(drift) - 1} more" if len(drift) > 1 else ""
-        )
-    failed: State = fail(headline, [c.describe() for c in report.problems] + drift)
-    return failed
 
 
 def _warn(lines: Sequence[str]) -> None:
@@ -161,7 +153,7 @@ def _fan_out(jobs: Sequence[Job], run: RunContext, retire: Sequence[str]) -> lis
     Fails first when no worker polls the deployment's work queue: the children would wait forever.
     """
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.objects import FlowRun, WorkQueueStatus
+    from prefect.client.schemas.objects import WorkQueueStatus
     from prefect.deployments import run_deployment
 
     from evalsentry.history import History
@@ -276,7 +268,63 @@ class RunnerChoice:
         return self.task_runner == "thread" and not self.fan_out
 
 
-@flow(name="weekly-eval", flow_run_name=_run_name, log_prints=True)
+#: The alert of each failed weekly run of this process, by flow run id: the flow holds it, the
+#: run's on_failure hook sends it. A run that failed without one (before its gate, or on an
+#: exception) gets the summary of its state message.
+_HELD: dict[str, tuple[str, dict[str, Any], list[str]]] = {}
+
+
+def _week_of(flow_run: FlowRun) -> str:
+    """The week a run is about: its ``week`` parameter, else its scheduled start's ISO week."""
+    week = flow_run.parameters.get("week")
+    if week:
+        return str(week)
+    start = flow_run.expected_start_time or flow_run.created
+    return iso_week(start) if start is not None else iso_week(now_utc())
+
+
+def alert_failed_week(flow: Any, flow_run: FlowRun, state: State) -> None:
+    """The on_failure hook of weekly-eval: each Failed run sends one ``evalsentry.week.failed``.
+
+    Whatever failed it: the gate (its summary, held by the flow), an early stop (nothing to
+    evaluate, an unusable store or config), an exception, or parameters Prefect refused. A
+    Crashed run (a killed process: no hook runs) alerts through Prefect's own event instead
+    (flows/week-alerts.yaml).
+    """
+    held = _HELD.pop(str(flow_run.id), None)
+    if held is None:
+        week = _week_of(flow_run)
+        headline, *details = (state.message or "the run failed").split(SEPARATOR)
+        if not headline.startswith(f"{week}: "):
+            headline = f"{week}: ERROR {headline}"
+        payload = failure_summary(
+            week,
+            headline,
+            details,
+            run_name=flow_run.name,
+            run_url=events.run_url(flow_run.id),
+        )
+        held = (week, payload, [])
+    week, payload, models = held
+    events.week_failed(
+        week, payload, flow_run_id=flow_run.id, flow_run_name=flow_run.name, models=models
+    )
+
+
+def _label(week: str | None) -> str:
+    """The week a run's messages lead with: the resolved week, or what was given."""
+    try:
+        return resolve_week(week)
+    except EvalsentryError:
+        return str(week)
+
+
+@flow(
+    name="weekly-eval",
+    flow_run_name=_run_name,
+    log_prints=True,
+    on_failure=[alert_failed_week],
+)
 def weekly_eval(
     week: str | None = None,
     models: list[str] | None = None,
@@ -287,12 +335,13 @@ def weekly_eval(
     task_runner: str = "thread",
     dask_address: str | None = None,
     fan_out: bool = False,
-) -> Any:
+) -> State:
     """Evaluate the registered checkpoints on the frozen evalsets and gate the week.
 
-    Ends Failed, naming each regression or error, when the gate finds any; Completed otherwise
-    (an INCONCLUSIVE comparison is logged as a warning, and fails the run only with
-    ``gate.strict: true`` in the config).
+    Ends Failed, naming each regression or error, when the gate finds any; Completed otherwise,
+    its state message the week's verdict (an INCONCLUSIVE comparison or drift is logged as a
+    warning, and fails the run only with ``gate.strict`` or ``drift.fail_run`` in the config).
+    Every Failed run sends one ``evalsentry.week.failed`` event (:func:`alert_failed_week`).
     ``task_runner="dask"`` runs the evaluations on the Dask scheduler at ``dask_address`` (or a
     local cluster of two worker processes). ``fan_out=True`` starts one ``evaluate-one`` child
     flow run per (checkpoint, evalset) on the ``gpu`` work pool, so the workers polling it share
@@ -302,8 +351,34 @@ def weekly_eval(
         config_path: The project's evalsentry.yaml, relative to the run's working directory.
     """
     quiet_domain_errors()
-    settings = load_config(config_path)
+    try:
+        return _week(
+            week, models, evalsets, stages, device, config_path, task_runner, dask_address, fan_out
+        )
+    except EvalsentryError as exc:  # unusable input: its reason, in one line, no traceback
+        return fail(f"{_label(week)}: ERROR {exc}", [])
+    except Exception as exc:  # noqa: BLE001 - a bug, or a failure nobody worded: its traceback is logged
+        get_run_logger().exception("the weekly run stopped on an unexpected error")
+        return fail(
+            f"{_label(week)}: ERROR the run stopped: {type(exc).__name__}: {exc}",
+            ["the traceback is in the run's log"],
+        )
+
+
+def _week(
+    week: str | None,
+    models: list[str] | None,
+    evalsets: list[str] | None,
+    stages: Sequence[str],
+    device: str,
+    config_path: str,
+    task_runner: str,
+    dask_address: str | None,
+    fan_out: bool,
+) -> State:
+    """The weekly run's body: plan, evaluate and record, gate the week, publish, end."""
     week = resolve_week(week)
+    settings = load_config(config_path)
     try:
         History(settings.store_url).check_writable()  # in seconds, not after the inference
     except HistoryError as exc:
@@ -316,8 +391,9 @@ def weekly_eval(
     except UsageError as exc:  # nothing to evaluate is never a pass
         return fail(f"{week}: ERROR nothing to evaluate", [str(exc)])
     ran = _run_plan(run, plan, RunnerChoice(task_runner, dask_address, fan_out))
-    # The verdict of the week, whatever runs recorded it: the same gate as `evalsentry gate`.
-    report = gate_week(settings.store_url, week, settings.gate, settings.evalsets_dir)
+    # The verdict of the week, whatever runs recorded it: the same gate as `evalsentry gate`,
+    # the week's recorded drift included.
+    report = gate_week(settings.store_url, week, settings)
     return _publish(run, report, ran, plan.partial)
 
 
@@ -381,21 +457,21 @@ def _run_plan(run: RunContext, plan: WeekPlan, runner: RunnerChoice) -> Ran:
     return Ran(outcomes, validations, drifts)
 
 
-def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None) -> Any:
-    """Record the week's verdicts, publish its report and artifacts, alert; the run's end.
+def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None) -> State:
+    """Record the week's verdicts, publish its report and artifacts; the run's end, its verdict.
 
     The report covers every current result of the week (whichever run recorded it), and a
-    partial run's says what the run itself evaluated.
+    partial run's says what the run itself evaluated. The end state's message is the week's
+    headline, and the run's log opens on it and its details.
     """
-    logger = get_run_logger()
     settings, week = run.settings, run.week
     write_comparisons(
         settings.store_url,
         [c.row(run.run_id, now_utc()) for c in report.comparisons if c.recorded],
     )
-    for result in ran.drifts:
-        if result.verdict != Verdict.PASS:
-            events.drift(result, week)
+    for drifted in ran.drifts:
+        if drifted.verdict != Verdict.PASS:
+            events.drift(drifted, week)
     evaluations, metrics = week_results(History(settings.store_url), week)
     location = publish_report(
         settings.store_url,
@@ -404,26 +480,28 @@ def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None)
         metrics,
         ran.validations,
         run_name=runtime.flow_run.name or f"weekly-eval-{week}-{run.run_id[:RUN_ID_CHARS]}",
-        drifts=ran.drifts,
+        drifts=list(report.drift),
         config=settings,
         bindings=_bindings(settings, evaluations),
         scope=run_scope(ran.outcomes, partial),
     )
-    logger.info("report: %s", location)
-    # INCONCLUSIVE is reported like a WARN (the run completes) unless gate.strict is set,
-    # which makes it a problem of the week like a FAIL.
-    for comparison in report.warnings + (report.inconclusive if not report.strict else []):
-        logger.warning(comparison.describe())
-    bad = report.problems
-    for comparison in bad:
+    for comparison in report.problems:
         events.regression(comparison, week)
-    drifted = (
-        [d for d in ran.drifts if d.verdict == Verdict.FAIL] if settings.drift.fail_run else []
-    )
-    if bad or drifted:
-        events.week_failed(report, drifted)  # the one alert of a failed week
-        return _verdict(report, drifted)
-    return {
+    if report.failed:
+        _HELD[str(runtime.flow_run.id)] = (
+            week,
+            events.week_summary(report),
+            sorted({c.model for c in report.problems if c.model != "*"}),
+        )
+        return fail(report.headline(), [*report.details(), f"report: {location}"])
+    # INCONCLUSIVE is reported like a WARN (the run completes) unless gate.strict is set,
+    # which makes it a problem of the week like a FAIL; drift is a WARN unless drift.fail_run.
+    details = [(logging.WARNING, d.describe()) for d in report.drifted]
+    details += [
+        (logging.WARNING, c.describe())
+        for c in report.warnings + (report.inconclusive if not report.strict else [])
+    ]
+    result = {
         "week": week,
         "verdict": str(report.verdict),
         "warnings": [c.describe() for c in report.warnings],
@@ -432,8 +510,10 @@ def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None)
         "evaluations": len(evaluations),
         "evaluated_by_this_run": len(ran.outcomes),
         "partial": partial,
-        "drift": {
-            d.feature + (f"@{d.model}" if d.model else ""): str(d.verdict) for d in ran.drifts
-        },
+        "drift": {d.label: str(d.verdict) for d in report.drift},
         "report": location,
     }
+    level = logging.INFO if report.verdict == Verdict.PASS else logging.WARNING
+    return complete(
+        report.headline(), level, [*details, (logging.INFO, f"report: {location}")], result
+    )

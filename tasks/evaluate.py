@@ -59,7 +59,7 @@ def on_device(task_: T, device: str) -> T:
 @task(
     name="evaluate-checkpoint",
     cache_policy=NO_CACHE,
-    task_run_name="evaluate-{target.model}-v{target.version}-on-{evalset.spec.name}",
+    task_run_name="evaluate-{target.slug}-on-{evalset.spec.name}",
 )
 def evaluate_checkpoint(
     target: Target,
@@ -85,7 +85,7 @@ def evaluate_checkpoint(
         "UUID | None",
         create_progress_artifact(
             0.0,
-            description=f"Inference of {target.model}@v{target.version} on {evalset.spec.name}",
+            description=f"Inference of {target.label} on {evalset.spec.name}",
         ),
     )
 

@@ -1,7 +1,8 @@
 """Events other systems can alert on: a failed week, invalid evalsets, failed checkpoints.
 
-Alert on ``evalsentry.week.failed``: one event per failed run, its payload the rounded summary
-of ``evalsentry.alerts.summary``. ``evalsentry.regression.detected`` (one per FAIL or ERROR
+Alert on ``evalsentry.week.failed``: one event per failed weekly run, whatever stopped it, its
+payload the rounded summary of ``evalsentry.alerts.summary`` (or, for a run that failed before
+its gate, ``evalsentry.alerts.failure_summary``). ``evalsentry.regression.detected`` (one per FAIL or ERROR
 comparison) is detail for the event feed of each model; an alert on it sends one message per
 metric x slice x reference.
 """
@@ -37,23 +38,49 @@ def _run() -> tuple[str | None, str | None]:
     return runtime.flow_run.name, url if url and url.startswith("http") else None
 
 
-def _models(report: GateReport) -> list[dict[str, str]]:
-    """The models named in the report's FAIL and ERROR rows, as related resources."""
-    names = sorted({c.model for c in report.problems if c.model != "*"})
-    return [{**_model(name), "prefect.resource.role": "model"} for name in names]
+def run_url(flow_run_id: object) -> str | None:
+    """A flow run's link in the Prefect UI (None without a UI URL)."""
+    from prefect.settings import PREFECT_UI_URL
+
+    base = PREFECT_UI_URL.value()
+    return f"{base}/flow-runs/flow-run/{flow_run_id}" if base and base.startswith("http") else None
 
 
-def week_failed(report: GateReport, drifted: Sequence[DriftResult] = ()) -> None:
-    """The week's one alert: counts and the worst rows, rounded, with a link to the run."""
+def _models(report: GateReport) -> list[str]:
+    """The models named in the report's FAIL and ERROR rows."""
+    return sorted({c.model for c in report.problems if c.model != "*"})
+
+
+def week_summary(report: GateReport) -> dict[str, Any]:
+    """The alert payload of a failed week: its summary, with this run's name and link."""
     name, url = _run()
+    return summary(report, run_name=name, run_url=url)
+
+
+def week_failed(
+    week: str,
+    payload: dict[str, Any],
+    *,
+    flow_run_id: object,
+    flow_run_name: str | None,
+    models: Sequence[str] = (),
+) -> None:
+    """The week's one alert, about the week, naming the run and the models.
+
+    ``payload`` is :func:`evalsentry.alerts.summary` or :func:`~evalsentry.alerts.failure_summary`.
+    """
     emit_event(
         WEEK_FAILED,
-        resource={
-            "prefect.resource.id": f"evalsentry.week.{report.week}",
-            "prefect.resource.name": report.week,
-        },
-        related=_models(report),
-        payload=summary(report, drifted, run_name=name, run_url=url),
+        resource={"prefect.resource.id": f"evalsentry.week.{week}", "prefect.resource.name": week},
+        related=[
+            {
+                "prefect.resource.id": f"prefect.flow-run.{flow_run_id}",
+                "prefect.resource.role": "flow-run",
+                "prefect.resource.name": flow_run_name or "",
+            },
+            *({**_model(name), "prefect.resource.role": "model"} for name in models),
+        ],
+        payload=payload,
     )
 
 

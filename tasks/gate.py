@@ -7,15 +7,21 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from evalsentry import gate
-from evalsentry.config import GatePolicy
+from evalsentry.config import Config, GatePolicy
 from evalsentry.gate import GateReport
 from evalsentry.history import History
 
 
 @task(name="gate-week", cache_policy=NO_CACHE)
-def gate_week(store_url: str, week: str, policy: GatePolicy, evalsets_dir: str) -> GateReport:
-    """The week's verdict: every result recorded for it, gated as ``evalsentry gate`` does."""
-    return gate.gate_week(History(store_url), week, policy, evalsets_dir=evalsets_dir)
+def gate_week(store_url: str, week: str, config: Config) -> GateReport:
+    """The week's verdict: every result recorded for it, and its drift, as ``evalsentry gate``."""
+    return gate.gate_week(
+        History(store_url),
+        week,
+        config.gate,
+        evalsets_dir=config.evalsets_dir,
+        drift=config.drift,
+    )
 
 
 @task(name="gate-candidate", cache_policy=NO_CACHE)

@@ -13,7 +13,8 @@ from prefect import task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from evalsentry.bill import lifetime, lifetime_table
+from evalsentry.artifacts import bill_rows, details_artifact, report_artifact
+from evalsentry.bill import lifetime
 from evalsentry.config import Config
 from evalsentry.drift import DriftResult
 from evalsentry.gate import GateReport
@@ -64,17 +65,30 @@ def publish_report(
             write_atomic(fs, join(root, REPORTS, stem + suffix), data)
     kind = ".html" if ".html" in files else ".md"
     path = join(root, REPORTS, this_run + kind)
-    link, note = browser_link(fs, path)
-    create_markdown_artifact(markdown, key=f"{key_prefix}-report", description=report.headline())
+    link, note = browser_link(fs, path, reports_url=config.reports_url if config else None)
+    create_markdown_artifact(
+        report_artifact(
+            report,
+            scope,
+            more=f"Gate details, metrics, lineage, cost and data validation: the "
+            f"`{key_prefix}-details` artifact; the whole report: [{note}]({link}).",
+        ),
+        key=f"{key_prefix}-report",
+        description=report.headline(),
+    )
+    create_markdown_artifact(
+        details_artifact(report, evaluations, metrics, validations, bindings, bill),
+        key=f"{key_prefix}-details",
+        description=f"{report.week}: the gate's numbers and reasons, metrics, lineage, cost",
+    )
     create_table_artifact(
         metrics_table(evaluations, metrics),
         key=f"{key_prefix}-metrics",
         description=f"Overall metrics of {run_name}, 4 significant digits",
     )
     if bill is not None and not bill.empty:
-        headers, rows = lifetime_table(bill.lines)
         create_table_artifact(
-            [dict(zip(["part", *headers[1:]], row, strict=True)) for row in rows],
+            bill_rows(bill),
             key=f"{key_prefix}-lifetime-bill",
             description="Each model line's bill to date: training, evaluation, serving, declared",
         )

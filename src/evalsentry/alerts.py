@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from evalsentry.gate import SEVERITY, Comparison, GateReport, Verdict
+from evalsentry.gate import Comparison, GateReport, Verdict
 
 if TYPE_CHECKING:
     from evalsentry.drift import DriftResult
@@ -77,24 +77,17 @@ def comparison_row(comparison: Comparison) -> dict[str, Any]:
 
 
 def drift_row(result: DriftResult) -> dict[str, Any]:
-    """One failed drift check as the alert shows it."""
+    """One drifted feature (or model's predictions) as the alert shows it."""
     return {
+        "verdict": str(result.verdict),
         "evalset": result.evalset,
         "model": result.model,
         "feature": result.feature,
         "kind": result.kind,
         "psi": _number(result.psi),
         "p": _p(result.p_adjusted),
+        "reason": result.reason,
     }
-
-
-def _worst_first(comparison: Comparison) -> tuple[int, float, float]:
-    """Sort key: ERROR before FAIL, then the larger drop, then the smaller p-value."""
-    drop = (
-        comparison.drop if comparison.drop is not None and math.isfinite(comparison.drop) else 0.0
-    )
-    p = comparison.p_adjusted if comparison.p_adjusted is not None else 1.0
-    return (-SEVERITY[comparison.verdict], -drop, p)
 
 
 def _line(row: dict[str, Any], comparison: Comparison) -> str:
@@ -111,9 +104,13 @@ def _line(row: dict[str, Any], comparison: Comparison) -> str:
     return text
 
 
+#: What an alert is about: a run that ended Failed (the flow's own event), one that crashed,
+#: or one that did not end within the grace period (Prefect automations; flows/alerts.py).
+ALERT_FAILED = "failed"
+
+
 def summary(
     report: GateReport,
-    drifted: Sequence[DriftResult] = (),
     *,
     title: str | None = None,
     run_name: str | None = None,
@@ -124,25 +121,27 @@ def summary(
 
     Args:
         report: the gate's report; its gating FAIL, ERROR, INCONCLUSIVE and WARN comparisons
-            are counted, its problems (FAIL, ERROR; INCONCLUSIVE when strict) listed. An
+            are counted, its problems (FAIL, ERROR; INCONCLUSIVE when strict) listed in the
+            order of :attr:`GateReport.problems`, so the first row is the headline's. An
             INCONCLUSIVE counts as one when it may be a regression; an unresolved one (the
             evalset cannot resolve the tolerance) is informational, counted as UNRESOLVED.
-        drifted: drift checks that failed the run (counted, and listed up to ``limit``).
-        title: the first line of ``text``; ``"<week> failed"`` unless given.
+            Its drifted features are counted and listed (up to ``limit``).
+        title: what precedes the headline on the first line of ``text`` (a candidate's
+            ``candidate of m failed``); nothing unless given.
         run_name: the flow run's name, shown and returned when known.
         run_url: a link to the flow run, shown and returned when known.
         limit: how many of the worst rows to include; ``more`` counts the rest.
 
     Returns:
-        A dict of plain JSON types (no NaN, no numpy scalars): ``week``, ``gate`` (the
-        worst gating verdict: PASS when only drift failed the run),
-        ``counts`` (FAIL, ERROR, INCONCLUSIVE, WARN, DRIFT, UNRESOLVED), ``models``, ``worst``,
-        ``more``, ``drift``,
-        ``run`` and ``text``.
+        A dict of plain JSON types (no NaN, no numpy scalars): ``alert`` (``failed``),
+        ``week``, ``headline``, ``gate`` (the week's verdict, drift included), ``counts``
+        (FAIL, ERROR, INCONCLUSIVE, WARN, DRIFT, UNRESOLVED), ``models``, ``worst``, ``more``,
+        ``drift``, ``run`` and ``text``, whose first line is the headline.
     """
-    bad = sorted(report.problems, key=_worst_first)
+    bad = report.problems
     shown = bad[:limit]
     rows = [comparison_row(c) for c in shown]
+    drifted = report.drifted
     drift_rows = [drift_row(d) for d in drifted[:limit]]
     counts = {
         str(Verdict.FAIL): len(report.failures),
@@ -152,31 +151,69 @@ def summary(
         "DRIFT": len(drifted),
         "UNRESOLVED": len(report.unresolved),
     }
-    heading = title or f"{report.week} failed"
+    headline = report.headline()
     lines = [
-        f"evalsentry: {heading}: {counts['FAIL']} regression(s), {counts['ERROR']} error(s), "
+        "evalsentry: " + (f"{title}: " if title else "") + headline,
+        f"{counts['FAIL']} regression(s), {counts['ERROR']} error(s), "
         + (f"{counts['INCONCLUSIVE']} inconclusive, " if counts["INCONCLUSIVE"] else "")
-        + f"{counts['WARN']} warning(s), {counts['DRIFT']} drift failure(s)"
-        + (f" ({counts['UNRESOLVED']} unresolved, informational)" if counts["UNRESOLVED"] else "")
+        + f"{counts['WARN']} warning(s), {counts['DRIFT']} drifted feature(s)"
+        + (f" ({counts['UNRESOLVED']} unresolved, informational)" if counts["UNRESOLVED"] else ""),
     ]
     lines += [_line(row, c) for row, c in zip(rows, shown, strict=True)]
     if len(bad) > limit:
         lines.append(f"... and {len(bad) - limit} more")
-    lines += [
-        " ".join(["DRIFT", d["evalset"], *([d["model"]] if d["model"] else []), d["feature"]])
-        + f": PSI {d['psi']}, p={d['p']}"
-        for d in drift_rows
-    ]
+    lines += [d.describe() for d in drifted[:limit]]
+    if len(drifted) > limit:
+        lines.append(f"... and {len(drifted) - limit} more drifted")
     if run_url or run_name:
         lines.append(f"run: {run_url or run_name}")
     return {
+        "alert": ALERT_FAILED,
         "week": report.week,
+        "headline": headline,
         "gate": str(report.verdict),
         "counts": counts,
         "models": sorted({c.model for c in bad if c.model != "*"}),
         "worst": rows,
         "more": max(len(bad) - limit, 0),
         "drift": drift_rows,
+        "run": {"name": run_name, "url": run_url},
+        "text": "\n".join(lines),
+    }
+
+
+def failure_summary(
+    week: str | None,
+    headline: str,
+    details: Sequence[str] = (),
+    *,
+    run_name: str | None = None,
+    run_url: str | None = None,
+    limit: int = WORST_ROWS,
+) -> dict[str, Any]:
+    """The same payload for a run that failed before or outside the gate (nothing was judged).
+
+    ``headline`` is the run's state message's first part (``2026-W49: ERROR nothing to
+    evaluate``), ``details`` its reasons; ``gate`` is ERROR, ``counts`` one ERROR, and the
+    reasons lead ``text`` after the headline.
+    """
+    counts = dict.fromkeys(("FAIL", "ERROR", "INCONCLUSIVE", "WARN", "DRIFT", "UNRESOLVED"), 0)
+    counts["ERROR"] = 1
+    lines = [f"evalsentry: {headline}", *details[:limit]]
+    if len(details) > limit:
+        lines.append(f"... and {len(details) - limit} more")
+    if run_url or run_name:
+        lines.append(f"run: {run_url or run_name}")
+    return {
+        "alert": ALERT_FAILED,
+        "week": week,
+        "headline": headline,
+        "gate": str(Verdict.ERROR),
+        "counts": counts,
+        "models": [],
+        "worst": [],
+        "more": 0,
+        "drift": [],
         "run": {"name": run_name, "url": run_url},
         "text": "\n".join(lines),
     }

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evalsentry.errors import UsageError
+from evalsentry.errors import EvalsentryError, UsageError
 
 if TYPE_CHECKING:
     from evalsentry.config import Config
@@ -111,10 +111,12 @@ def _library_steps(
     )
 
 
-def _candidate_target(model: str, checkpoint: Path) -> Target:
+def _candidate_target(model: str, checkpoint: Path, registry_url: str | None = None) -> Target:
     """The candidate file as a target, its sha256 taken now: every row and verdict names it.
 
-    The evaluation then loads only these bytes (a file changed meanwhile is refused).
+    The evaluation then loads only these bytes (a file changed meanwhile is refused). A file
+    registered as a version of ``model`` is named by that version (``m@v2``), else by its
+    sha256 (``m (candidate 9ae2a1ad)``); it is evaluated as the file either way.
     """
     from evalsentry.pipeline import Target
     from evalsentry.storage import check_path_text, sha256_file
@@ -125,7 +127,22 @@ def _candidate_target(model: str, checkpoint: Path) -> Target:
         sha = sha256_file(path)[0]
     except OSError:  # missing or unreadable: the evaluation says so, as its error row
         sha = None
-    return Target(model, str(path), sha256=sha)
+    return Target(
+        model, str(path), version=_registered_version(model, sha, registry_url), sha256=sha
+    )
+
+
+def _registered_version(model: str, sha: str | None, registry_url: str | None) -> int | None:
+    """The version of ``model`` registered with these bytes, if any (None when unknown)."""
+    from evalsentry.registry import Registry
+
+    if sha is None or registry_url is None:
+        return None
+    try:
+        entries = Registry(registry_url).list(model)
+    except (EvalsentryError, OSError):  # an unreadable registry names no version
+        return None
+    return next((e.version for e in entries if e.sha256 == sha), None)
 
 
 def evaluate_candidate(
@@ -181,7 +198,7 @@ def evaluate_candidate(
         prestart()  # the library's inference runs in a child: torch loads meanwhile
     meter = CostMeter()
     meter.start_in_background()  # its hardware probe overlaps importing torch, loading the data
-    target = _candidate_target(model, Path(checkpoint))
+    target = _candidate_target(model, Path(checkpoint), settings.registry_url)
     outcomes: list[Outcome] = []
     validations: dict[str, dict[str, Any]] = {}
     comparisons: list[Comparison] = []

@@ -12,6 +12,7 @@ import re
 from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -267,9 +268,27 @@ class Config(BaseModel):
         gt=0,
         description="largest checkpoint file, and largest total its archive inflates to",
     )
+    reports_url: str | None = Field(
+        None,
+        description="http(s) URL under which <store>/reports is served (`evalsentry "
+        "serve-reports`, or your own web server); the run's link artifact points there. Unset: "
+        "a presigned URL on an object store, else the local report server's default URL",
+    )
     root: str = Field(".", exclude=True, description="folder the relative locations resolve in")
     #: The file these settings were read from ("" when built in code), named in refusals.
     _source: str = PrivateAttr("")
+
+    @field_validator("reports_url")
+    @classmethod
+    def _check_reports_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return url
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(
+                f"{url!r} is not an http(s) URL with a host, like http://127.0.0.1:8470"
+            )
+        return url
 
     @field_validator("trusted_factories")
     @classmethod

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import glob
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -99,6 +100,41 @@ class DriftResult:
     def row(self, run_id: str, week: str) -> dict[str, Any]:
         """The history row of this result."""
         return {**asdict(self), "verdict": str(self.verdict), "run_id": run_id, "week": week}
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> DriftResult:
+        """A result as the history's drift table stored it (a plain record)."""
+        names = {f.name for f in fields(cls)}
+        values = {key: value for key, value in row.items() if key in names}
+        values["model"] = values.get("model") or None
+        values["reason"] = values.get("reason") or ""
+        for name in ("psi", "statistic", "p_value", "p_adjusted"):
+            values[name] = float("nan") if values.get(name) is None else float(values[name])
+        return cls(**{**values, "verdict": Verdict(values["verdict"])})
+
+    @property
+    def label(self) -> str:
+        """What drifted: ``digits mean`` (an input feature), ``digits predicted_class of m``."""
+        return f"{self.evalset} {self.feature}" + (f" of {self.model}" if self.model else "")
+
+    @property
+    def measured(self) -> bool:
+        """False for a model's prediction drift that could not be measured (see ``reason``)."""
+        return math.isfinite(self.psi)
+
+    def brief(self) -> str:
+        """A few words: ``digits mean PSI 7.05`` or ``digits predicted_class of m not measured``."""
+        return f"{self.label} " + (f"PSI {self.psi:.3g}" if self.measured else "not measured")
+
+    def describe(self) -> str:
+        """One line, verdict first: ``WARN drift digits mean: PSI 7.050, p=1e-30 (KS, BH)``."""
+        if not self.measured:
+            return f"{self.verdict} drift {self.label}: {self.reason or 'not measured'}"
+        test = "KS, BH" if self.kind == "input" else "chi-square"
+        return (
+            f"{self.verdict} drift {self.label}: PSI {self.psi:.3f}, p={self.p_adjusted:.2g} "
+            f"({test}; {self.n_live} live vs {self.n_reference} frozen rows)"
+        )
 
 
 def drift_verdict(policy: DriftPolicy, psi: float, p_value: float) -> Verdict:

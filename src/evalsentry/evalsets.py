@@ -113,6 +113,23 @@ class DataFile(BaseModel):
     size: int = Field(ge=0)
 
 
+def shared_tensor(array: np.ndarray) -> torch.Tensor:
+    """A tensor sharing ``array``'s memory (zero-copy), without torch's not-writable warning.
+
+    Arrow's buffers are read-only, and so is an array unpickled in the evaluation child (a live
+    sample sent to it): torch warns on every such wrap, once per process, and each weekly run's
+    child is a new process. The tensor is never written: inference gives each forward a copy of
+    its batch.
+    """
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="The given NumPy array is not writable", category=UserWarning
+        )
+        return torch.from_numpy(array)
+
+
 class EvalsetSpec(BaseModel):
     """``evalset.yaml``."""
 
@@ -198,12 +215,7 @@ class Evalset:
         Never handed to a model as they are: inference gives each forward a copy of its batch
         (a model may write its input), so these stay the frozen values.
         """
-        import torch
-
-        with warnings.catch_warnings():
-            # Arrow's buffers are read-only; the tensor shares them (zero-copy) and is never written.
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            return torch.from_numpy(self.inputs), torch.from_numpy(self.targets)
+        return shared_tensor(self.inputs), shared_tensor(self.targets)
 
     @property
     def sha256(self) -> str:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evalsentry.config import GatePolicy
+from evalsentry.config import DriftPolicy, GatePolicy
 from evalsentry.errors import UsageError, did_you_mean
 from evalsentry.history import History
 from evalsentry.metrics import OVERALL, metric_names, slice_columns, slice_masks
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from evalsentry.comparison import Family, Unit
+    from evalsentry.drift import DriftResult
 
 __all__ = [
     "SEVERITY",
@@ -44,6 +45,7 @@ __all__ = [
     "gate_week",
     "nothing_evaluated",
     "read_pairs",
+    "week_drift",
 ]
 
 log = logging.getLogger(__name__)
@@ -320,6 +322,7 @@ def gate_week(
     evalset: str | None = None,
     evalsets_dir: str | None = None,
     models: Sequence[str] | None = None,
+    drift: DriftPolicy | None = None,
 ) -> GateReport:
     """Gate every production result of ``week`` against the previous week and the baseline.
 
@@ -327,7 +330,9 @@ def gate_week(
     with the week's production result for information (they do not gate the week). ``model``
     or ``models`` restricts the gate to those model lines (a run of some models only).
     ``week`` None means the latest week of these results, else the latest of any (so that the
-    gate can say what is missing); the history is read once for it.
+    gate can say what is missing); the history is read once for it. The week's recorded
+    live-data drift is part of the report (:attr:`GateReport.drift`): any drift makes the week
+    at least a WARN, and FAIL-level drift fails it when ``drift.fail_run`` is set.
 
     Raises:
         UsageError: ``week`` is None and the history holds no weekly evaluation.
@@ -345,9 +350,15 @@ def gate_week(
             )
     comparisons: list[Comparison] = []
     this_week = frame[frame["week"] == week]
+    drifts = week_drift(history, week, model or models, evalset)
+    fails = drift is not None and drift.fail_run
     if this_week.empty:  # nothing evaluated is never a pass
         return GateReport(
-            week, [nothing_evaluated(history, week, model or models, evalset)], policy.strict
+            week,
+            [nothing_evaluated(history, week, model or models, evalset)],
+            policy.strict,
+            drifts,
+            fails,
         )
     for _, row in this_week[this_week["status"] != "ok"].iterrows():
         comparisons.append(failed_verdict(row))
@@ -401,7 +412,35 @@ def gate_week(
                 gating=False,
             )
     comparisons += _stored_timing(history, production[production["week"] == week])
-    return GateReport(week, comparisons, policy.strict)
+    return GateReport(week, comparisons, policy.strict, drifts, fails)
+
+
+def week_drift(
+    history: History,
+    week: str,
+    models: str | Sequence[str] | None = None,
+    evalset: str | None = None,
+) -> tuple[DriftResult, ...]:
+    """The live-data drift recorded for ``week`` (its latest run's), of these lines and evalset.
+
+    A model's prediction drift belongs to its line; the input drift of an evalset to every
+    line on it.
+    """
+    from evalsentry.drift import DriftResult
+    from evalsentry.history import records
+
+    frame = history.drift([week])
+    if frame.empty:
+        return ()
+    wanted = [models] if isinstance(models, str) else list(models or [])
+    results = []
+    for row in records(frame):
+        if evalset is not None and row["evalset"] != evalset:
+            continue
+        if wanted and row.get("model") and row["model"] not in wanted:
+            continue
+        results.append(DriftResult.from_row(row))
+    return tuple(results)
 
 
 def _stored_timing(history: History, current: pd.DataFrame) -> list[Comparison]:

@@ -576,6 +576,7 @@ def _serve_one(
     import torch
 
     from evalsentry.checkpoint import load_checkpoint
+    from evalsentry.evalsets import shared_tensor
     from evalsentry.inference import predict_classes, run_inference
     from evalsentry.timing import time_pair
 
@@ -601,7 +602,7 @@ def _serve_one(
             result: Any = time_pair(reference.model, loaded.model, evalset, device=job["device"])
         elif kind == "predict":
             result = predict_classes(
-                loaded.model, torch.from_numpy(job["inputs"]), device=job["device"]
+                loaded.model, shared_tensor(job["inputs"]), device=job["device"]
             )
         else:
             result = run_inference(

@@ -65,6 +65,22 @@ class Target:
         return cls(entry.model, entry.uri, entry.version, entry.stage, entry.sha256, entry.lineage)
 
     @property
+    def label(self) -> str:
+        """``m@v2``, or a file given directly by its sha256: ``m (candidate 9ae2a1ad)``."""
+        from evalsentry.verdicts import checkpoint_label
+
+        return checkpoint_label(self.model, self.version, self.sha256)
+
+    @property
+    def slug(self) -> str:
+        """The label as a run or task name part: ``m-v2``, ``m-9ae2a1ad``."""
+        from evalsentry.verdicts import SHA_CHARS
+
+        if self.version is not None:
+            return f"{self.model}-v{int(self.version)}"
+        return f"{self.model}-{(self.sha256 or 'file')[:SHA_CHARS]}"
+
+    @property
     def pinned_model(self) -> Mapping[str, Any]:
         """The factory and kwargs pinned at registration; empty for a file given directly."""
         model = self.lineage.get("model") if self.lineage else None
@@ -539,9 +555,8 @@ def evaluate_checkpoint(
             row["checkpoint_sha256"] = exc.sha256
         reason = failure_reason(exc, phase)
         log.warning(
-            "%s v%s on %s failed, recorded as an error: %s",
-            target.model,
-            target.version,
+            "%s on %s failed, recorded as an error: %s",
+            target.label,
             evalset.spec.name,
             reason,
             exc_info=not isinstance(exc, EvaluationFailed),  # the child's traceback is logged

@@ -13,7 +13,7 @@ from typing import Any
 from evalsentry import units
 from evalsentry.bill import Lifetime, lifetime_table
 from evalsentry.gate import SEVERITY, Comparison, GateReport, Verdict
-from evalsentry.verdicts import Reference
+from evalsentry.verdicts import Reference, checkpoint_label
 
 VERDICT_MARK = {
     Verdict.PASS: "✅ PASS",
@@ -40,7 +40,11 @@ REPORT_ONLY = " (report only)"  # appended to the verdict of a row that does not
 def _cells(c: Comparison) -> list[str]:
     return [
         VERDICT_MARK[c.verdict] + ("" if c.gating else REPORT_ONLY),
-        f"{c.model}@v{c.version}" if c.version is not None else c.model,
+        (
+            checkpoint_label(c.model, c.version, c.checkpoint_sha256)
+            if c.version is not None or c.checkpoint_sha256
+            else c.model
+        ),
         c.evalset,
         c.metric + (f" [{c.slice}]" if c.slice else ""),
         c.reference + (f" ({c.reference_week})" if c.reference_week else ""),
@@ -221,28 +225,26 @@ DISPLAY_DIGITS = 4  # table artifact values: significant digits, and at least as
 LINK_EXPIRY = timedelta(days=7)  # S3's longest presigned URL; a weekly report is read that week
 
 
-def _icon(verdict: Verdict) -> str:
-    return VERDICT_MARK[verdict].split(" ")[0]
-
-
-def _checkpoint(model: Any, version: Any) -> str:
-    return f"{model}@v{version}" if version is not None else f"{model} (candidate file)"
+def _checkpoint(model: Any, version: Any, sha256: Any = None) -> str:
+    return checkpoint_label(str(model), version, sha256)
 
 
 def _summary_cell(c: Comparison, week: str) -> str:
-    """One comparison in a few characters: icon, change, reference week, p when it matters.
+    """One comparison in a few words: verdict, change, reference week, p when it matters.
+
+    Words, not icons: a host without an emoji font still reads them (``FAIL -6.8 pts``).
 
     The reference week drops its year when it is ``week``'s (``W48``, not ``2026-W48``).
     """
     if c.reference == Reference.NONE or c.delta is None:
         what = "first week, the baseline" if c.verdict == Verdict.BASELINE else c.reason
-        return f"{_icon(c.verdict)} {what.split(':')[0]}"  # the cause; its detail is below
+        return f"{c.verdict} {what.split(':')[0]}"  # the cause; its detail is below
     reference_week = c.reference_week or ""
     notes = [reference_week[5:] if reference_week[:5] == week[:5] else reference_week]
     if c.verdict != Verdict.PASS and c.p_adjusted is not None:
         notes.append(f"p={c.p_adjusted:.1g}")
     note = ", ".join(n for n in notes if n)
-    return f"{_icon(c.verdict)} {c.change}" + (f" ({note})" if note else "")
+    return f"{c.verdict} {c.change}" + (f" ({note})" if note else "")
 
 
 def summary_table(report: GateReport) -> list[str]:
@@ -277,7 +279,8 @@ def summary_table(report: GateReport) -> list[str]:
             spread = [_summary_cell(cells[Reference.NONE], report.week)] + [""] * (len(columns) - 1)
         else:
             spread = [_summary_cell(cells[r], report.week) if r in cells else "" for r in columns]
-        who = "every checkpoint" if model == "*" else _checkpoint(model, version)
+        sha = next((c.checkpoint_sha256 for c in cells.values()), None)
+        who = "every checkpoint" if model == "*" else _checkpoint(model, version, sha)
         body.append([who, evalset, "" if metric == "*" else metric, _fmt(now), *spread])
     headers = ["checkpoint", "evalset", "metric", "now"]
     headers += [REFERENCE_COLUMNS.get(r, "verdict") for r in columns]
@@ -295,7 +298,7 @@ def metrics_table(
     by_eval = {e["evaluation_id"]: e for e in evaluations}
     return [
         {
-            "checkpoint": _checkpoint(e["model"], e.get("version")),
+            "checkpoint": _checkpoint(e["model"], e.get("version"), e.get("checkpoint_sha256")),
             "stage": e.get("stage"),
             "evalset": m["evalset"],
             "metric": m["metric"],
@@ -322,16 +325,33 @@ def rounded(value: Any) -> float | None:
     return round(number, max(DISPLAY_DIGITS, DISPLAY_DIGITS - 1 - exponent))
 
 
-def browser_link(fs: Any, path: str, *, expiry: timedelta = LINK_EXPIRY) -> tuple[str, str]:
-    """A link to ``path`` for a browser on another machine, and what a reader should know of it.
+#: Where ``evalsentry serve-reports`` serves ``<store>/reports`` unless told otherwise.
+REPORTS_PORT = 8470
+DEFAULT_REPORTS_URL = f"http://127.0.0.1:{REPORTS_PORT}"
 
-    An object store that can sign (S3, GCS with a service account) gives a presigned URL valid
-    for ``expiry``; a local file gives its ``file://`` URL, which only that host can open; any
-    other store gives its URL, and says it cannot be opened from a browser.
+
+def browser_link(
+    fs: Any, path: str, *, expiry: timedelta = LINK_EXPIRY, reports_url: str | None = None
+) -> tuple[str, str]:
+    """An http(s) link to the report file ``path`` for a browser, and what a reader should know.
+
+    ``reports_url`` (the config's: where ``<store>/reports`` is served) gives that URL and the
+    file's name; else an object store that can sign (S3, GCS with a service account) gives a
+    presigned URL valid for ``expiry``; else a local file is linked on the local report server
+    (``evalsentry serve-reports``) at its default URL: browsers refuse ``file://`` links from
+    a web page. Any other store gives its URL, and says it cannot be opened from a browser.
     """
+    from urllib.parse import quote
+
     location = str(fs.unstrip_protocol(path))
-    if location.startswith("file://"):  # as_uri escapes what would end a Markdown link
-        return PurePosixPath(path).as_uri(), "a file on the worker's host: open it there"
+    name = quote(PurePosixPath(path).name)
+    if reports_url is not None:
+        return f"{reports_url.rstrip('/')}/{name}", f"served at {reports_url}"
+    if location.startswith("file://"):
+        return (
+            f"{DEFAULT_REPORTS_URL}/{name}",
+            "open it while `evalsentry serve-reports` runs where the store is",
+        )
     try:
         url = str(fs.sign(path, expiration=int(expiry.total_seconds())))
     except Exception:  # noqa: BLE001 - NotImplementedError, or no credentials that can sign
@@ -354,7 +374,7 @@ def run_scope(outcomes: Sequence[Any], partial: str | None) -> str | None:
     if partial is None:
         return None
     done = ", ".join(
-        f"{_checkpoint(o.evaluation['model'], o.evaluation.get('version'))} on "
+        f"{_checkpoint(o.evaluation['model'], o.evaluation.get('version'), o.evaluation.get('checkpoint_sha256'))} on "
         f"{o.evaluation['evalset']}"
         for o in outcomes
     )
@@ -412,7 +432,9 @@ def weekly_markdown(
     rows = [
         [
             _checkpoint(
-                by_eval[m["evaluation_id"]]["model"], by_eval[m["evaluation_id"]].get("version")
+                by_eval[m["evaluation_id"]]["model"],
+                by_eval[m["evaluation_id"]].get("version"),
+                by_eval[m["evaluation_id"]].get("checkpoint_sha256"),
             ),
             by_eval[m["evaluation_id"]]["stage"],
             m["evalset"],
@@ -446,7 +468,7 @@ def weekly_markdown(
         ],
         [
             [
-                _checkpoint(e["model"], e.get("version")),
+                _checkpoint(e["model"], e.get("version"), e.get("checkpoint_sha256")),
                 e["status"] if e["status"] == "ok" else f"error: {e.get('error')}",
                 str(e.get("git_sha") or "")[:10] + ("+dirty" if e.get("git_dirty") else ""),
                 str(e.get("data_sha") or "")[:12],

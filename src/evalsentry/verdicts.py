@@ -15,14 +15,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from evalsentry.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
 from evalsentry.metrics import OVERALL
 from evalsentry.names import NO_EVALSET
+
+if TYPE_CHECKING:
+    from evalsentry.drift import DriftResult
 
 BRIEF_REASON_CHARS = 60  # an ERROR's reason in a headline: enough for the cause, not its path
 
@@ -30,6 +34,19 @@ BRIEF_REASON_CHARS = 60  # an ERROR's reason in a headline: enough for the cause
 #: ("possible-regression"), or within it with a bound that is not ("unresolved").
 InconclusiveKind = Literal["unresolved", "possible-regression"]
 UNRESOLVED: InconclusiveKind = "unresolved"
+
+
+SHA_CHARS = 8  # of a candidate file's sha256 where it is named, as `git log --oneline` shortens
+
+
+def checkpoint_label(model: str, version: Any, sha256: str | None = None) -> str:
+    """Which checkpoint, in words: ``m@v3``, or a file given directly, ``m (candidate 9ae2a1ad)``.
+
+    A version read back from Parquet as a float still reads ``v3``.
+    """
+    if version is not None:
+        return f"{model}@v{int(version)}"
+    return f"{model} (candidate {sha256[:SHA_CHARS]})" if sha256 else f"{model} (candidate file)"
 
 
 class Verdict(StrEnum):
@@ -177,7 +194,7 @@ class Comparison:
         return f"{who}: {part} vs {self.reference}"
 
     def who(self, *, with_evalset: bool) -> str:
-        """Which checkpoint: ``m@v3``, ``m (candidate file)``, and ``on <evalset>`` if asked.
+        """Which checkpoint: ``m@v3``, ``m (candidate 9ae2a1ad)``, and ``on <evalset>`` if asked.
 
         Model ``*`` means no checkpoint ran: ``every checkpoint on <evalset>`` (an evalset
         problem), or ``nothing evaluated`` when the evalset is ``*`` too. Evalset ``*`` alone
@@ -191,11 +208,7 @@ class Comparison:
             )
         if self.evalset == NO_EVALSET and self.version is None:
             return f"model {self.model}"
-        who = (
-            f"{self.model}@v{self.version}"
-            if self.version is not None
-            else f"{self.model} (candidate file)"
-        )
+        who = checkpoint_label(self.model, self.version, self.checkpoint_sha256)
         return who + (f" on {self.evalset}" if with_evalset and self.evalset != NO_EVALSET else "")
 
     @property
@@ -235,13 +248,15 @@ class Comparison:
         text = f"-{self.newly_wrong}/+{self.newly_right}"
         return text + (f" by >{self.flip_delta:.3g}" if self.flip_delta is not None else "")
 
-    def brief(self, *, with_evalset: bool = False) -> str:
+    def brief(self, *, with_evalset: bool = False, with_verdict: bool = True) -> str:
         """A few words: verdict, who, metric, change (``FAIL m@v3 accuracy -6.8 pts (p=6e-11)``).
 
         The reference is named unless it is the previous week; an ERROR adds its reason in
-        parentheses, cut to ``BRIEF_REASON_CHARS``.
+        parentheses, cut to ``BRIEF_REASON_CHARS``. ``with_verdict=False`` leaves out the
+        leading verdict word.
         """
-        words = [str(self.verdict), self.who(with_evalset=with_evalset)]
+        words = [str(self.verdict)] if with_verdict else []
+        words.append(self.who(with_evalset=with_evalset))
         if self.metric != "*":
             words.append(f"{self.metric}[{self.slice}]" if self.slice else self.metric)
         if self.change:
@@ -281,12 +296,16 @@ class GateReport:
     """Every comparison the gate made, and what they add up to.
 
     ``strict`` makes an INCONCLUSIVE gating comparison a problem like a FAIL (exit 1, a failed
-    weekly run); otherwise it is reported and exits 0.
+    weekly run); otherwise it is reported and exits 0. ``drift`` is the week's live-data drift
+    as recorded: any result that is not PASS makes the week at least a WARN, and with
+    ``drift_fails`` (``drift.fail_run``) a FAIL-level one fails the week.
     """
 
     week: str
     comparisons: list[Comparison]
     strict: bool = False
+    drift: Sequence[DriftResult] = ()
+    drift_fails: bool = False
 
     def _with(self, verdict: Verdict) -> list[Comparison]:
         return [c for c in self.comparisons if c.gating and c.verdict == verdict]
@@ -322,8 +341,31 @@ class GateReport:
         return [c for c in self.inconclusive if c.unresolved]
 
     @property
-    def verdict(self) -> Verdict:
-        """The worst gating verdict (PASS when there is nothing to compare).
+    def drifted(self) -> list[DriftResult]:
+        """The week's drift results that are not PASS: FAIL first, then the larger PSI.
+
+        A model whose prediction drift could not be measured (a WARN) comes last.
+        """
+        return sorted(
+            (d for d in self.drift if d.verdict != Verdict.PASS),
+            key=lambda d: (-SEVERITY[d.verdict], -d.psi if d.measured else math.inf, d.label),
+        )
+
+    @property
+    def drift_failures(self) -> list[DriftResult]:
+        """FAIL-level drift that fails the week (only with ``drift_fails``)."""
+        return [d for d in self.drifted if d.verdict == Verdict.FAIL] if self.drift_fails else []
+
+    @property
+    def drift_verdict(self) -> Verdict:
+        """What the drift makes of the week: FAIL (failing drift), WARN (any drift), or PASS."""
+        if self.drift_failures:
+            return Verdict.FAIL
+        return Verdict.WARN if self.drifted else Verdict.PASS
+
+    @property
+    def gate_verdict(self) -> Verdict:
+        """The worst gating comparison's verdict (PASS when there is nothing to compare).
 
         An unresolved INCONCLUSIVE is informational and does not count, unless ``strict``.
         """
@@ -333,11 +375,24 @@ class GateReport:
         return max(gating, key=SEVERITY.__getitem__, default=Verdict.PASS)
 
     @property
+    def verdict(self) -> Verdict:
+        """The week's verdict: the worse of :attr:`gate_verdict` and :attr:`drift_verdict`."""
+        return max(self.gate_verdict, self.drift_verdict, key=SEVERITY.__getitem__)
+
+    @property
+    def failed(self) -> bool:
+        """Whether the week fails: a problem comparison, or failing drift."""
+        return bool(self.problems or self.drift_failures)
+
+    @property
     def exit_code(self) -> int:
-        """0 pass, warn or inconclusive; 1 a FAIL (or, when strict, an INCONCLUSIVE); 2 an ERROR."""
+        """0 pass, warn or inconclusive; 1 a FAIL (or failing drift; when strict, an INCONCLUSIVE).
+
+        2 when any comparison is an ERROR.
+        """
         if self.errors:
             return EXIT_USAGE
-        return EXIT_CHECK_FAILED if self.problems else EXIT_OK
+        return EXIT_CHECK_FAILED if self.failed else EXIT_OK
 
     @property
     def problems(self) -> list[Comparison]:
@@ -349,33 +404,75 @@ class GateReport:
         return sorted(bad, key=lambda c: (-SEVERITY[c.verdict], c.slice != OVERALL))
 
     def headline(self) -> str:
-        """One line that leads with the worst problem and counts the rest.
+        """One line, the verdict first: the worst problem (or finding) and a count of the rest.
 
         ``2026-W49: FAIL digits@v3 accuracy -6.8 pts (p=6e-11) and 3 more``. Without a problem:
-        the verdict, the possible regressions (INCONCLUSIVE, if any), the warnings, and the
-        unresolved comparisons (if any; informational): ``2026-W49: PASS, 0 warning(s),
-        2 unresolved``.
+        the verdict, the first possible regression (INCONCLUSIVE) or warning (WARN) if any, the
+        warnings, and the unresolved comparisons (if any; informational): ``2026-W49: PASS,
+        0 warning(s), 2 unresolved``. Drift leads when it decides the verdict (``2026-W49: WARN
+        drift in 3 feature(s): digits mean PSI 7.05 and 2 more; the gate: PASS, 0 warning(s)``)
+        and is added otherwise.
         """
+        drift = self._drift_words()
         problems = self.problems
-        if not problems:
-            unsure = len(self.possible_regressions)
-            counts = f"{unsure} inconclusive, " if unsure else ""
-            unresolved = len(self.unresolved)
-            note = f", {unresolved} unresolved" if unresolved else ""
-            return f"{self.week}: {self.verdict}, {counts}{len(self.warnings)} warning(s){note}"
-        several = len({c.evalset for c in self.comparisons}) > 1
-        text = f"{self.week}: {problems[0].brief(with_evalset=several)}"
-        return text + (f" and {len(problems) - 1} more" if len(problems) > 1 else "")
+        if problems:
+            several = len({c.evalset for c in self.comparisons}) > 1
+            text = f"{self.week}: {problems[0].brief(with_evalset=several)}"
+            text += f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+            return text + (f", {drift}" if drift else "")
+        gate = self._gate_words()
+        if not drift:
+            return f"{self.week}: {gate}"
+        if SEVERITY[self.gate_verdict] > SEVERITY[self.drift_verdict]:
+            return f"{self.week}: {gate}, {drift}"
+        return f"{self.week}: {self.drift_verdict} {drift}; the gate: {gate}"
+
+    def _gate_words(self) -> str:
+        """The comparisons' verdict without a problem: ``PASS, 0 warning(s)`` or the first finding.
+
+        ``INCONCLUSIVE: m@v2 accuracy -1.4 pts (p=0.2), 0 warning(s)``, ``WARN m@v2 ..., 1
+        warning(s)``; unresolved comparisons counted last (``, 2 unresolved``).
+        """
+        verdict = self.gate_verdict
+        found = {
+            Verdict.INCONCLUSIVE: self.possible_regressions,
+            Verdict.WARN: self.warnings,
+        }.get(verdict, [])
+        lead = str(verdict)
+        if found:
+            several = len({c.evalset for c in self.comparisons}) > 1
+            first = found[0].brief(with_evalset=several, with_verdict=False)
+            lead += (": " if verdict == Verdict.INCONCLUSIVE else " ") + first
+            lead += f" and {len(found) - 1} more" if len(found) > 1 else ""
+        unresolved = len(self.unresolved)
+        note = f", {unresolved} unresolved" if unresolved else ""
+        return f"{lead}, {len(self.warnings)} warning(s){note}"
+
+    def _drift_words(self) -> str:
+        """``drift in 3 feature(s): digits mean PSI 7.05 and 2 more``; empty without drift."""
+        drifted = self.drifted
+        if not drifted:
+            return ""
+        more = f" and {len(drifted) - 1} more" if len(drifted) > 1 else ""
+        return f"drift in {len(drifted)} feature(s): {drifted[0].brief()}{more}"
 
     def message(self, sep: str = "\n") -> str:
         """The headline, then one line per FAIL and ERROR (model, evalset, metric, drop, p, flips).
 
-        INCONCLUSIVE comparisons follow, one line each (with what the evalset could detect),
-        whether or not they are problems.
+        Each drifted feature follows (verdict first), then the INCONCLUSIVE comparisons, one
+        line each (with what the evalset could detect), whether or not they are problems.
 
         Args:
             sep: What joins the lines; ``" | "`` gives one line, for a log or a state message.
         """
+        return sep.join([self.headline(), *self.details()])
+
+    def details(self) -> list[str]:
+        """The lines behind the headline: problems, drift, INCONCLUSIVE notes, in that order."""
         problems = self.problems
         notes = [c for c in self.inconclusive if c not in problems]
-        return sep.join([self.headline()] + [c.describe() for c in problems + notes])
+        return (
+            [c.describe() for c in problems]
+            + [d.describe() for d in self.drifted]
+            + [c.describe() for c in notes]
+        )

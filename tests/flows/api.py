@@ -8,6 +8,8 @@ from typing import Any
 
 from prefect.client.orchestration import get_client
 
+from evalsentry.tasks.events import WEEK_FAILED
+
 
 def task_runs(flow_run_id: object) -> list[Any]:
     """The flow run's task runs, as the API recorded them."""
@@ -48,3 +50,47 @@ def wait_for_events(
         if found or time.monotonic() > deadline:
             return found
         time.sleep(0.5)
+
+
+QUIET_S = 2.0  # after the first event of a run, how long no second one may arrive
+
+
+def run_logs(flow_run_id: object) -> list[tuple[int, str]]:
+    """The flow run's log lines (level, message), oldest first, as the UI's Logs tab lists them."""
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=30)  # the run's logs reach the API in batches
+
+    async def read() -> list[tuple[int, str]]:
+        async with get_client() as client:
+            logs = await client.read_logs(
+                LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
+                sort=LogSort.TIMESTAMP_ASC,
+            )
+        return [(log.level, log.message) for log in logs]
+
+    return asyncio.run(read())
+
+
+def alerts_of(state: Any, week: str, *, expect: bool = True) -> list[Any]:
+    """The `evalsentry.week.failed` events of the run that ended in ``state``, once settled."""
+    run = state.state_details.flow_run_id
+    found = wait_for_events(
+        WEEK_FAILED, f"evalsentry.week.{week}", timeout=20 if expect else QUIET_S, flow_run_id=run
+    )
+    if found:
+        time.sleep(QUIET_S)  # a second event would arrive by now
+        found = wait_for_events(WEEK_FAILED, f"evalsentry.week.{week}", 0, flow_run_id=run)
+    return found
+
+
+def run_name(flow_run_id: object) -> str:
+    """The flow run's name, as the API recorded it."""
+
+    async def read() -> str:
+        async with get_client() as client:
+            return str((await client.read_flow_run(flow_run_id)).name)
+
+    return asyncio.run(read())

@@ -46,21 +46,62 @@ def test_a_deployment_passing_the_old_config_parameter_is_refused() -> None:
         weekly_eval.validate_parameters({"config": "evalsentry.yaml"})
 
 
-def test_automation_example_is_valid_for_the_prefect_api() -> None:
-    """The alert automation parses, fires on the week's summary event, and posts it back as JSON."""
-    from prefect.events.schemas.automations import AutomationCore
+def test_the_alert_automations_are_valid_for_the_prefect_api() -> None:
+    """The three automations parse; the failed week's posts its event's summary back as JSON, and
+    the crashed and overdue ones render, from the flow run, a payload of the same shape."""
+    import uuid
+    from datetime import UTC, datetime, timedelta
+
+    from prefect.server.events.actions import JinjaTemplateAction
+    from prefect.server.schemas.responses import FlowRunResponse
+    from prefect.server.schemas.states import State, StateType
     from prefect.server.utilities.user_templates import render_user_template_sync
 
     from evalsentry.alerts import summary
+    from evalsentry.flows.alerts import AUTOMATION_FILE, load_automations
     from evalsentry.gate import Comparison, GateReport, Verdict
     from evalsentry.tasks.events import WEEK_FAILED
 
-    document = yaml.safe_load((ROOT / "flows" / "regression-alert.yaml").read_text())
-    automation = AutomationCore.model_validate(document)
-    assert automation.trigger.expect == {WEEK_FAILED}  # type: ignore[union-attr]
-    (action,) = automation.actions
-    assert action.type == "call-webhook"
-    failed = Comparison("e", "2026-W41", "m", 2, "s", "previous-week", "accuracy", Verdict.FAIL, "")
-    payload = summary(GateReport("2026-W41", [failed]), run_name="weekly-eval-2026-W41")
-    body = render_user_template_sync(action.payload, {"event": {"payload": payload}})  # type: ignore[union-attr]
+    block = uuid.uuid4()
+    failed, crashed, overdue = load_automations(AUTOMATION_FILE, block, timedelta(minutes=90))
+    assert failed.trigger.expect == {WEEK_FAILED}  # type: ignore[union-attr]
+    assert crashed.trigger.expect == {"prefect.flow-run.Crashed"}  # type: ignore[union-attr]
+    assert overdue.trigger.posture == "Proactive"  # type: ignore[union-attr]
+    assert overdue.trigger.within == timedelta(minutes=90)  # type: ignore[union-attr]
+    assert overdue.trigger.after == {  # type: ignore[union-attr]
+        "prefect.flow-run.Late",
+        "prefect.flow-run.Pending",
+        "prefect.flow-run.Running",
+    }
+    for automation in (crashed, overdue):  # only weekly-eval's runs, each on its own
+        assert automation.trigger.match_related.root == {  # type: ignore[union-attr]
+            "prefect.resource.role": "flow",
+            "prefect.resource.name": "weekly-eval",
+        }
+    actions = [a for automation in (failed, crashed, overdue) for a in automation.actions]
+    assert {a.block_document_id for a in actions} == {block}  # type: ignore[union-attr]
+    fail = Comparison("e", "2026-W41", "m", 2, "s", "previous-week", "accuracy", Verdict.FAIL, "")
+    payload = summary(GateReport("2026-W41", [fail]), run_name="weekly-eval-2026-W41")
+    body = render_user_template_sync(failed.actions[0].payload, {"event": {"payload": payload}})  # type: ignore[union-attr]
     assert json.loads(body) == payload
+
+    JinjaTemplateAction._register_filters_if_needed()  # ui_url, as the server registers it
+    run = FlowRunResponse(
+        id=uuid.uuid4(),
+        name="brave-otter",
+        flow_id=uuid.uuid4(),
+        parameters={"config_path": "evalsentry.yaml"},
+        expected_start_time=datetime(2026, 12, 7, 6, tzinfo=UTC),
+        state=State(type=StateType.CRASHED, name="Crashed", message='exit code -9 "killed"'),
+    )
+    for automation, alert, words in (
+        (crashed, "crashed", 'ERROR the run crashed: exit code -9 "killed"'),
+        (overdue, "overdue", "ERROR the run has not ended within 90m (it is Crashed)"),
+    ):
+        context = {"flow_run": run, "automation": automation}
+        rendered = json.loads(render_user_template_sync(automation.actions[0].payload, context))  # type: ignore[union-attr]
+        assert set(rendered) == set(payload) and set(rendered["counts"]) == set(payload["counts"])
+        assert rendered["alert"] == alert and rendered["week"] == "2026-W50"
+        assert rendered["headline"] == f"2026-W50: {words}"
+        assert rendered["text"].splitlines()[0] == f"evalsentry: 2026-W50: {words}"
+        assert rendered["run"]["name"] == "brave-otter"

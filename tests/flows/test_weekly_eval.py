@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from evalsentry.history import History
 from evalsentry.registry import Registry
 from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device
 from evalsentry.weeks import iso_week
-from tests.flows.api import task_runs
+from tests.flows.api import alerts_of, run_logs, run_name, task_runs
 from tests.flows.test_s3_store import s3_endpoint, s3_project  # noqa: F401 - fixtures, moto on loopback
 from tests.models import TRUST, SlowNet
 from tests.unit.test_evalsets import edit
@@ -44,16 +45,6 @@ async def _artifacts(flow_run_id: object) -> dict[str, list[Any]]:
     for artifact in artifacts:
         found.setdefault(artifact.key or str(artifact.type), []).append(artifact)
     return found
-
-
-def run_name(flow_run_id: object) -> str:
-    """The flow run's name, as the API recorded it."""
-
-    async def read() -> str:
-        async with get_client() as client:
-            return str((await client.read_flow_run(flow_run_id)).name)
-
-    return asyncio.run(read())
 
 
 def test_inference_is_tagged_gpu_only_on_cuda() -> None:
@@ -124,16 +115,17 @@ class TestWeeklyEval:
 
         Progress is throttled to one update a second, but every inference's ends at 100%. The
         inference task takes a ``gpu`` slot only on CUDA. The table is rounded; the link opens
-        this run's HTML report, and says it is a file on the worker's host.
+        this run's HTML report over HTTP (the report server), never as a file:// URL.
         """
         state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         flow_run_id = state.state_details.flow_run_id
         name = run_name(flow_run_id)
         assert re.fullmatch(r"weekly-eval-2026-W40-backfill-[0-9a-f]{6}", name)
-        assert name.endswith(str(flow_run_id).replace("-", "")[:6])
+        assert name.endswith(str(flow_run_id).replace("-", "")[-6:])  # the random end of the id
         artifacts = asyncio.run(_artifacts(flow_run_id))
         assert {
             "weekly-eval-report",
+            "weekly-eval-details",
             "weekly-eval-metrics",
             "weekly-eval-report-file",
             "weekly-eval-lifetime-bill",
@@ -147,8 +139,8 @@ class TestWeeklyEval:
         assert "### Lineage and cost" in (reports / f"{name}.md").read_text()
         (link,) = artifacts["weekly-eval-report-file"]
         assert link.data == (
-            f"[HTML report of {name} (a file on the worker's host: open it there)]"
-            f"({(reports / f'{name}.html').as_uri()})"
+            f"[HTML report of {name} (open it while `evalsentry serve-reports` runs where the "
+            f"store is)](http://127.0.0.1:8470/{name}.html)"
         )
         (table,) = artifacts["weekly-eval-metrics"]
         rows = json.loads(table.data) if isinstance(table.data, str) else table.data
@@ -238,14 +230,19 @@ class TestEvaluateCandidate:
             return_state=True,
         )
         assert bad.is_failed() and "vs production" in bad.message
-        assert bad.message.startswith(f"{iso_week()}: FAIL toy-model (candidate file) accuracy -")
+        bad_sha = hashlib.sha256(toy_checkpoints["degraded"].read_bytes()).hexdigest()[:8]
+        assert bad.message.startswith(
+            f"{iso_week()}: FAIL toy-model (candidate {bad_sha}) accuracy -"
+        )
         assert good.is_completed()
+        assert good.message.startswith(f"{iso_week()}: PASS")  # the verdict, not only "Completed"
         sha = hashlib.sha256(toy_checkpoints["good"].read_bytes()).hexdigest()[:8]
         name = run_name(good.state_details.flow_run_id)
         assert re.fullmatch(rf"evaluate-candidate-toy-model-{sha}-[0-9a-f]{{6}}", name)
         reports = Path(load_config(toy_project).store_url) / "reports"
-        assert (reports / f"{name}.md").is_file()
+        assert (reports / f"{name}.md").is_file() and (reports / f"{name}.html").is_file()
         assert (reports / f"evaluate-candidate-{iso_week()}.md").is_file()
+        assert (reports / f"evaluate-candidate-{iso_week()}.html").is_file()
         kinds = history(toy_project).evaluations()["kind"].value_counts().to_dict()
         assert kinds == {"scheduled": 1, "candidate": 2}
 
@@ -317,11 +314,25 @@ class TestDrift:
     def test_drift_is_recorded_reported_and_does_not_fail_by_default(
         self, toy_project: Path, toy_evalset: Path, tmp_path: Path
     ) -> None:
-        """A shifted live sample yields drift rows and an HTML report; the run still completes."""
+        """A shifted live sample yields drift rows and an HTML report; the run completes, a WARN:
+        drift leads its state message and its log, one WARNING line per drifted feature."""
         live = self.shifted_live_sample(toy_evalset, tmp_path)
         toy_project.write_text(toy_project.read_text() + f"drift:\n  live:\n    toy: {live}\n")
         state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
         assert state.is_completed()
+        headline = "2026-W40: WARN drift in 4 feature(s): toy mean PSI"
+        assert (state.message or "").startswith(headline)
+        logs = run_logs(state.state_details.flow_run_id)
+        assert logs[0][0] == logging.WARNING and logs[0][1] == state.message
+        features = [message for _, message in logs[1:5]]
+        assert [level for level, _ in logs[1:5]] == [logging.WARNING] * 4
+        assert [m.split(":")[0] for m in features] == [
+            "FAIL drift toy mean",
+            "FAIL drift toy max",
+            "FAIL drift toy min",
+            "FAIL drift toy predicted_class of toy-model",
+        ]
+        assert alerts_of(state, "2026-W40", expect=False) == []  # a WARN week alerts no one
         drift = history(toy_project).drift()
         assert set(drift["kind"]) == {"input", "prediction"}
         assert (drift["verdict"] == "FAIL").any()
@@ -332,13 +343,20 @@ class TestDrift:
     def test_drift_can_fail_the_run(
         self, toy_project: Path, toy_evalset: Path, tmp_path: Path
     ) -> None:
-        """With drift.fail_run, FAIL-level drift ends the run Failed, naming the feature."""
+        """With drift.fail_run, FAIL-level drift ends the run Failed, naming the feature, and its
+        alert's text leads with that headline and lists the drifted features."""
         live = self.shifted_live_sample(toy_evalset, tmp_path)
         toy_project.write_text(
             toy_project.read_text() + f"drift:\n  fail_run: true\n  live:\n    toy: {live}\n"
         )
         state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
-        assert state.is_failed() and "DRIFT toy" in state.message
+        assert state.is_failed()
+        assert state.message.startswith("2026-W40: FAIL drift in 4 feature(s): toy mean PSI")
+        (alert,) = alerts_of(state, "2026-W40")  # its one alert says why, drift first
+        text = alert.payload["text"].splitlines()
+        assert text[0] == "evalsentry: " + state.message.split(" | ")[0]
+        assert alert.payload["gate"] == "FAIL" and alert.payload["counts"]["DRIFT"] == 4
+        assert any(line.startswith("FAIL drift toy mean: PSI") for line in text)
 
     def test_a_misspelt_drift_entry_fails_the_run_before_evaluating(
         self, toy_project: Path

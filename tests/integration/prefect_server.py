@@ -31,7 +31,7 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRun
 with get_client(sync_client=True) as client:
     run = client.read_flow_run(sys.argv[1])
     artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])))
-    print(json.dumps({"name": run.name, "state": run.state.type.value, "message": run.state.message,
+    print(json.dumps({"id": str(run.id), "name": run.name, "state": run.state.type.value, "message": run.state.message,
                       "artifacts": sorted(a.key or a.type for a in artifacts)}))
 """
 
@@ -137,7 +137,7 @@ def trigger(env: Mapping[str, str], week: str, config: Path, *extra: str) -> str
 
 
 def read_run(env: Mapping[str, str], flow_run_id: str) -> dict[str, object]:
-    """A flow run's name, state type, state message and artifact keys, read from the API."""
+    """A flow run's id, name, state type, state message and artifact keys, read from the API."""
     return json.loads(client_script(READ_RUN, env, flow_run_id))  # type: ignore[no-any-return]
 
 

@@ -1,4 +1,5 @@
-"""One failed week, one POST: `python -m evalsentry.flows.alerts` on a real server, worker and HTTP listener."""
+"""One failed week, one POST: `python -m evalsentry.flows.alerts` on a real server, worker and HTTP
+listener, whatever ended the week (a FAIL, an early stop, a crash, a run that never ran)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,25 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from evalsentry.flows.alerts import BLOCK_NAME, URL_VARIABLE
+from evalsentry.flows.alerts import BLOCK_NAME, GRACE_VARIABLE, URL_VARIABLE
 from evalsentry.registry import Registry
-from tests.integration.prefect_server import ROOT, api, free_port, run_week
+from tests.integration.prefect_server import ROOT, api, free_port, read_logs, run_week
 from tests.models import TRUST, TRUSTED_YAML
 
 pytestmark = pytest.mark.integration
 
 ARRIVAL_TIMEOUT_S = 60  # the automation fires within a second here; the worker is slower
 QUIET_S = 8  # after the first POST (or a passing week), how long no other may arrive
-AUTOMATION = "evalsentry-regression-alert"
+AUTOMATIONS = {"evalsentry-regression-alert", "evalsentry-week-crashed", "evalsentry-week-overdue"}
+OVERDUE_TIMEOUT_S = 60  # Late after <= 20 s (the server's late-runs service), 10 s grace, then
+# the proactive trigger's next evaluation (every 5 s)
 
 
 class Listener:
@@ -87,28 +92,89 @@ def _set_up_alerts(env: dict[str, str]) -> str:
 def _automations(env: dict[str, str]) -> list[dict[str, object]]:
     found = api(env, "POST", "/automations/filter", {})
     assert isinstance(found, list)
-    return [a for a in found if a["name"] == AUTOMATION]
+    return [a for a in found if a["name"] in AUTOMATIONS]
 
 
-def test_a_failed_week_posts_one_rounded_summary_and_a_passing_week_none(
+def _week_run(env: dict[str, str], week: str, config: Path, **fields: Any) -> str:
+    """A flow run of the weekly-eval deployment for ``week`` (no worker started); its id."""
+    deployment = api(env, "GET", "/deployments/name/weekly-eval/weekly-eval")
+    assert isinstance(deployment, dict)
+    run = api(
+        env,
+        "POST",
+        f"/deployments/{deployment['id']}/create_flow_run",
+        {"parameters": {"week": week, "config_path": str(config)}, **fields},
+    )
+    assert isinstance(run, dict)
+    return str(run["id"])
+
+
+def _posted(listener: Listener, index: int) -> dict[str, Any]:
+    """The ``index``-th POST's JSON body, once it has arrived."""
+    listener.wait_for(index + 1, ARRIVAL_TIMEOUT_S)
+    assert len(listener.posts) > index, [body for _, _, body in listener.posts]
+    path, headers, body = listener.posts[index]
+    assert path == "/alert" and headers["Content-Type"] == "application/json"
+    payload: dict[str, Any] = json.loads(body)
+    assert payload["text"].splitlines()[0] == f"evalsentry: {payload['headline']}"
+    return payload
+
+
+def _assert_fail_summary(
+    env: dict[str, str], summary: dict[str, Any], failed: dict[str, Any]
+) -> None:
+    """The FAIL week's POST: its headline (the run's, and its log's first line), rounded rows."""
+    assert summary["alert"] == "failed"
+    assert summary["week"] == "2026-W42" and summary["gate"] == "FAIL"
+    headline = str(failed["message"]).split(" | ")[0]
+    assert summary["headline"] == headline  # the alert's first row is the run's headline
+    assert read_logs(env, str(failed["id"]))[0]["message"] == headline  # so is its log's
+    # One POST stands for several failed comparisons, against both references.
+    assert summary["counts"]["FAIL"] >= 2 and summary["counts"]["ERROR"] == 0
+    assert {r["reference"] for r in summary["worst"]} == {"previous-week", "baseline"}
+    worst = summary["worst"][0]
+    assert (worst["model"], worst["version"], worst["evalset"]) == ("toy-model", 2, "toy")
+    for number in (worst["was"], worst["now"], worst["drop"]):
+        assert number == round(number, 4)
+    assert worst["p"] == float(f"{worst['p']:.2g}")
+    assert summary["run"]["name"] == failed["name"]
+    assert "/flow-runs/flow-run/" in summary["run"]["url"]
+    assert summary["text"].endswith(f"run: {summary['run']['url']}")
+    assert "FAIL toy-model@v2 on toy: " in summary["text"]
+
+
+def _miss_a_week(env: dict[str, str], week: str, config: Path) -> str:
+    """A run of ``week`` scheduled a minute ago in a queue no worker polls (paused); its id."""
+    api(env, "POST", "/work_pools/gpu/queues", {"name": "paused", "is_paused": True})
+    past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
+    return _week_run(
+        env,
+        week,
+        config,
+        work_queue_name="paused",
+        state={"type": "SCHEDULED", "state_details": {"scheduled_time": past}},
+    )
+
+
+def test_each_failed_week_posts_once_and_a_passing_week_none(
     server: dict[str, str],
     tmp_path: Path,
     toy_evalset: Path,
     toy_checkpoints: dict[str, Path],
     listener: Listener,
 ) -> None:
-    """Set up twice (one block, one automation); a passing week posts nothing, a failed week once."""
+    """Set up twice (one block, three automations); a passing week posts nothing; a FAIL, a
+    crashed run and a run never picked up within the grace period each post once, their
+    headline first.
+
+    The crash is the state a worker reports for a killed run, set through the API: killing a
+    process is Prefect's to detect, the alert on its state is ours. A run stopped before its
+    gate sends the same event as the FAIL, from the same hook (tests/flows/test_week_verdict.py).
+    """
     env = {**server, URL_VARIABLE: listener.url}
     first = _set_up_alerts(env)
-    assert _set_up_alerts(env) == first  # the same block and automation, updated in place
-    (automation,) = _automations(env)
-    blocks = api(
-        env,
-        "POST",
-        "/block_documents/filter",
-        {"block_documents": {"name": {"any_": [BLOCK_NAME]}}},
-    )
-    assert isinstance(blocks, list) and len(blocks) == 1
+    assert "grace period 6h" in first
+    overdue_run = None
     try:
         config = tmp_path / "evalsentry.yaml"
         config.write_text(
@@ -125,29 +191,47 @@ def test_a_failed_week_posts_one_rounded_summary_and_a_passing_week_none(
         registry.promote("toy-model", entry.version, "production")
         failed = run_week(server, "2026-W42", config)
         assert failed["state"] == "FAILED", failed
-        listener.wait_for(1, ARRIVAL_TIMEOUT_S)
-        listener.wait_for(2, QUIET_S)
-        assert len(listener.posts) == 1, [body for _, _, body in listener.posts]
+        _assert_fail_summary(env, _posted(listener, 0), failed)
 
-        path, headers, body = listener.posts[0]
-        assert path == "/alert"
-        assert headers["Content-Type"] == "application/json"
-        summary = json.loads(body)
-        assert summary["week"] == "2026-W42" and summary["gate"] == "FAIL"
-        # One POST stands for several failed comparisons, against both references.
-        assert summary["counts"]["FAIL"] >= 2 and summary["counts"]["ERROR"] == 0
-        assert {r["reference"] for r in summary["worst"]} == {"previous-week", "baseline"}
-        worst = summary["worst"][0]
-        assert (worst["model"], worst["version"], worst["evalset"]) == ("toy-model", 2, "toy")
-        for number in (worst["was"], worst["now"], worst["drop"]):
-            assert number == round(number, 4)
-        assert worst["p"] == float(f"{worst['p']:.2g}")
-        assert summary["run"]["name"] == failed["name"]
-        assert "/flow-runs/flow-run/" in summary["run"]["url"]
-        assert summary["text"].endswith(f"run: {summary['run']['url']}")
-        assert "FAIL toy-model@v2 on toy: " in summary["text"]
+        crashed_run = _week_run(env, "2026-W43", config)
+        api(
+            env,
+            "POST",
+            f"/flow_runs/{crashed_run}/set_state",
+            {"state": {"type": "CRASHED", "message": "exit code -9"}, "force": True},
+        )
+        crashed = _posted(listener, 1)
+        assert crashed["alert"] == "crashed" and crashed["gate"] == "ERROR"
+        assert crashed["headline"] == "2026-W43: ERROR the run crashed: exit code -9"
+
+        # Set up again, with a grace period short enough to wait for: the same block and
+        # automations, updated in place.
+        again = _set_up_alerts({**env, GRACE_VARIABLE: "10s"})
+        assert again == first.replace("grace period 6h", "grace period 10s")
+        assert sorted(str(a["name"]) for a in _automations(env)) == sorted(AUTOMATIONS)
+        blocks = api(
+            env,
+            "POST",
+            "/block_documents/filter",
+            {"block_documents": {"name": {"any_": [BLOCK_NAME]}}},
+        )
+        assert isinstance(blocks, list) and len(blocks) == 1
+        # A missed week: scheduled a minute ago in a queue no worker polls (a paused one).
+        overdue_run = _miss_a_week(env, "2026-W44", config)
+        listener.wait_for(3, OVERDUE_TIMEOUT_S)
+        overdue = _posted(listener, 2)
+        assert overdue["alert"] == "overdue" and overdue["gate"] == "ERROR"
+        assert overdue["headline"] == (
+            "2026-W44: ERROR the run has not ended within 10s (it is Late)"
+        )
+        listener.wait_for(4, QUIET_S)
+        assert len(listener.posts) == 3, [body for _, _, body in listener.posts]
     finally:
-        api(env, "DELETE", f"/automations/{automation['id']}")  # other tests' weeks stay silent
+        if overdue_run is not None:  # no later worker of another test may pick it up
+            api(env, "DELETE", f"/flow_runs/{overdue_run}")
+            api(env, "DELETE", "/work_pools/gpu/queues/paused")
+        for automation in _automations(env):  # other tests' weeks stay silent
+            api(env, "DELETE", f"/automations/{automation['id']}")
 
 
 def test_setting_up_without_a_webhook_url_fails_naming_the_variable(tmp_path: Path) -> None:

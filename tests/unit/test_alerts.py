@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from evalsentry.alerts import summary
+from evalsentry.alerts import failure_summary, summary
 from evalsentry.drift import DriftResult
 from evalsentry.gate import Comparison, GateReport, Verdict
 
@@ -82,21 +82,40 @@ class TestSummary:
         assert "(1 unresolved, informational)" in payload["text"]
         assert payload["gate"] == "ERROR" and payload["week"] == "2026-W41"
 
-    def test_worst_rows_come_first_and_the_rest_are_counted(self) -> None:
-        """ERROR rows lead, then FAILs by larger drop; past the limit only a count remains."""
+    def test_rows_follow_the_headline_s_order_and_the_rest_are_counted(self) -> None:
+        """Rows come in the order of GateReport.problems (ERROR, then FAIL overall before
+        slices, in gate order), so the first row is the headline's; past the limit a count."""
         report = GateReport(
             "2026-W41",
-            [_fail(0.1, metric="a"), _fail(0.3, metric="b"), _error(), _fail(0.2, metric="c")],
+            [
+                _fail(0.1, metric="a"),
+                _fail(0.3, metric="b", slice="colour=red"),
+                _error(),
+                _fail(0.2, metric="c"),
+            ],
         )
         payload = summary(report, limit=3)
         assert [(r["verdict"], r["metric"]) for r in payload["worst"]] == [
             ("ERROR", "*"),
-            ("FAIL", "b"),
+            ("FAIL", "a"),
             ("FAIL", "c"),
         ]
         assert payload["more"] == 1
         assert payload["text"].endswith("... and 1 more")
         assert payload["models"] == ["toy-model"]  # the evalset's ERROR names no model
+
+    def test_the_first_row_is_the_headline_not_the_largest_raw_drop(self) -> None:
+        """An accuracy FAIL of 6.7 points leads, though nll's raw drop (another scale) is larger."""
+        accuracy = _fail(0.067, method="exact-margin", p_adjusted=0.001)
+        nll = _fail(0.9, metric="nll", method="sign-flip")
+        ece = _fail(0.08, metric="ece", method="sign-flip")
+        report = GateReport("2026-W41", [accuracy, nll, ece])
+        payload = summary(report)
+        assert payload["worst"][0]["metric"] == "accuracy"
+        assert payload["headline"] == report.headline()
+        assert payload["text"].splitlines()[0] == (
+            "evalsentry: 2026-W41: FAIL toy-model@v2 accuracy -6.7 pts (p=0.001) and 2 more"
+        )
 
     def test_numbers_are_rounded_for_reading(self) -> None:
         """Values and drops keep 4 decimals, p-values 2 significant figures, flips plain ints."""
@@ -141,14 +160,13 @@ class TestSummary:
             run_url=url,
         )
         lines = payload["text"].splitlines()
-        assert lines[0] == (
-            "evalsentry: 2026-W41 failed: 1 regression(s), 1 error(s), 0 warning(s), 0 drift failure(s)"
-        )
-        assert lines[1] == (
+        assert lines[0] == f"evalsentry: {payload['headline']}"
+        assert lines[1] == "1 regression(s), 1 error(s), 0 warning(s), 0 drifted feature(s)"
+        assert lines[2] == (
             "ERROR every checkpoint on toy: "
             "evalset invalid, nothing evaluated: file changed since freeze"
         )
-        assert lines[2] == (
+        assert lines[3] == (
             "FAIL toy-model@v2 on toy: accuracy vs previous-week: "
             "0.9123 -> 0.6123 (change -0.3, p=1.2e-05, flips -30/+2)"
         )
@@ -156,7 +174,7 @@ class TestSummary:
         assert payload["run"] == {"name": "weekly-eval-2026-W41", "url": url}
 
     def test_a_run_failed_by_drift_alone_is_summarised(self) -> None:
-        """Drift that failed the run is counted and listed, rounded, though the gate passed."""
+        """Drift that failed the week (drift.fail_run) is the verdict, counted and listed, rounded."""
         drift = DriftResult(
             evalset="toy",
             feature="mean",
@@ -167,18 +185,50 @@ class TestSummary:
             p_adjusted=3.456e-9,
             n_reference=200,
             n_live=200,
-            verdict="FAIL",
+            verdict=Verdict.FAIL,
         )
-        payload = summary(GateReport("2026-W41", [_comparison(Verdict.PASS)]), [drift])
-        assert payload["gate"] == "PASS" and payload["counts"]["DRIFT"] == 1
+        report = GateReport(
+            "2026-W41", [_comparison(Verdict.PASS)], drift=[drift], drift_fails=True
+        )
+        payload = summary(report)
+        assert payload["gate"] == "FAIL" and payload["counts"]["DRIFT"] == 1
         assert payload["drift"] == [
             {
+                "verdict": "FAIL",
                 "evalset": "toy",
                 "model": None,
                 "feature": "mean",
                 "kind": "input",
                 "psi": 0.8765,
                 "p": 3.5e-09,
+                "reason": "",
             }
         ]
-        assert "DRIFT toy mean: PSI 0.8765, p=3.5e-09" in payload["text"]
+        assert payload["text"].splitlines()[0] == (
+            "evalsentry: 2026-W41: FAIL drift in 1 feature(s): toy mean PSI 0.877; "
+            "the gate: PASS, 0 warning(s)"
+        )
+        assert "FAIL drift toy mean: PSI 0.877, p=3.5e-09" in payload["text"]
+
+
+class TestFailureSummary:
+    def test_a_run_that_failed_before_its_gate_has_the_same_shape(self) -> None:
+        """Nothing to evaluate: one ERROR, the headline and the reason in the text, the run linked."""
+        url = "http://127.0.0.1:4200/flow-runs/flow-run/abc"
+        payload = failure_summary(
+            "2026-W41",
+            "2026-W41: ERROR nothing to evaluate",
+            ["the registry holds no checkpoint"],
+            run_name="weekly-eval-2026-W41-manual-abc123",
+            run_url=url,
+        )
+        shaped = summary(GateReport("2026-W41", [_fail(0.3)]))
+        assert set(payload) == set(shaped) and set(payload["counts"]) == set(shaped["counts"])
+        assert payload["gate"] == "ERROR" and payload["counts"]["ERROR"] == 1
+        assert payload["alert"] == "failed" and payload["worst"] == []
+        assert payload["text"].splitlines() == [
+            "evalsentry: 2026-W41: ERROR nothing to evaluate",
+            "the registry holds no checkpoint",
+            f"run: {url}",
+        ]
+        json.dumps(payload, allow_nan=False)

@@ -12,6 +12,7 @@ evalsentry) and upload-artifact (the test checks the files it would upload exist
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -423,7 +424,8 @@ class TestGitHubWorkflow:
         assert gate.summary.startswith("## ❌ FAIL · evalsentry: toy-model candidate candidate.pt")
         assert "vs production (v1, 2026-W40)" in gate.summary
         errors = [line for line in gate.out.splitlines() if line.startswith("::error ")]
-        assert errors and all("toy-model (candidate file) on toy" in e for e in errors)
+        sha = hashlib.sha256(toy_checkpoints["degraded"].read_bytes()).hexdigest()[:8]
+        assert errors and all(f"toy-model (candidate {sha}) on toy" in e for e in errors)
         out = team_repo / ".evalsentry-ci"
         assert "<testsuites" in (out / "junit.xml").read_text()
         assert ">FAIL</span>" in (out / "report.html").read_text()

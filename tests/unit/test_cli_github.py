@@ -181,7 +181,9 @@ class TestEvaluateOnGitHub:
         assert candidate in page
         summary = (runner / "summary.md").read_text()
         assert "## ❌ FAIL · evalsentry: toy-model candidate degraded.pt" in summary
-        assert "toy-model (candidate file) on toy vs production (v1, 2026-W40)" in summary
+        assert (
+            f"toy-model (candidate {candidate[:8]}) on toy vs production (v1, 2026-W40)" in summary
+        )
         comment = (runner / "temp" / "pr-comment.md").read_text()
         assert comment.startswith("<!-- evalsentry:toy-model -->\n## ❌ FAIL")
         assert any(a.startswith("::error title=evalsentry FAIL") for a in annotations(out))

@@ -579,3 +579,32 @@ def test_shipped_digits_evalset_keeps_its_recorded_sha() -> None:
     spec = read_spec(Path(__file__).parents[2] / "evalsets" / "digits")
     assert spec.identity_version == 1
     assert spec.evalset_sha256 == DIGITS_SHA == spec.identity()
+
+
+WRAP = """
+import sys, warnings
+import pyarrow as pa
+import torch
+from evalsentry.evalsets import shared_tensor
+warnings.simplefilter("error")
+array = pa.array([1.0, 2.0, 3.0]).to_numpy()
+assert not array.flags.writeable
+tensor = shared_tensor(array) if sys.argv[1] == "shared" else torch.from_numpy(array)  # raises
+print(tensor.tolist())
+"""
+
+
+class TestSharedTensor:
+    def test_a_read_only_arrow_array_becomes_a_tensor_without_torch_s_warning(self) -> None:
+        """An Arrow-backed array (an evalset's, a live sample's) is read-only: torch warns once
+        per process on wrapping it (every weekly run's evaluation child printed it);
+        shared_tensor wraps it silently. In a fresh interpreter, as torch warns only once (with
+        ``torch`` instead of ``shared`` the script fails on the warning)."""
+        import subprocess
+        import sys
+
+        shared = subprocess.run(
+            [sys.executable, "-c", WRAP, "shared"], capture_output=True, text=True, timeout=120
+        )
+        assert shared.returncode == 0, shared.stderr  # torch's first wrap here: no warning
+        assert shared.stdout.strip() == "[1.0, 2.0, 3.0]"

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from evalsentry.config import GatePolicy, Tolerance
+from evalsentry.drift import DriftResult
 from evalsentry.gate import Comparison, GateReport, Verdict, gate_candidate, gate_week
 from evalsentry.history import History
 from tests.synthetic import accuracy_mask, record_week
@@ -87,7 +88,7 @@ class TestVerdicts:
         assert acc.reason.startswith("possible regression (observed drop 10.0 pts beyond")
         assert "not significant" in acc.reason and "detects drops of about" in acc.reason
         assert report.verdict == Verdict.INCONCLUSIVE and report.exit_code == 0
-        assert "inconclusive" in report.headline()
+        assert report.headline().startswith("2026-W41: INCONCLUSIVE: m@v1 accuracy -10.0 pts")
         assert acc.describe() in report.message()
 
     def test_strict_makes_inconclusive_exit_1(self, history: History) -> None:
@@ -436,19 +437,22 @@ class TestHeadline:
         assert headline.endswith("…)") and len(headline) < 120
 
     def test_without_problems_it_gives_the_verdict_and_warnings(self) -> None:
-        """A passing week says PASS or WARN and how many warnings; the message is just that."""
+        """A passing week says PASS or WARN, the first warning, and how many; the message is just that."""
         report = GateReport("2026-W41", [judged(Verdict.WARN), judged(Verdict.PASS, "nll")])
-        assert report.headline() == "2026-W41: WARN, 1 warning(s)"
+        assert report.headline() == "2026-W41: WARN m@v2 accuracy -5.0 pts (p=0.002), 1 warning(s)"
         assert report.message() == report.headline()
+        assert GateReport("2026-W41", [judged(Verdict.PASS)]).headline() == (
+            "2026-W41: PASS, 0 warning(s)"
+        )
 
-    def test_possible_regressions_count_and_unresolved_are_noted_apart(self) -> None:
-        """A possible regression makes the week INCONCLUSIVE and is counted as inconclusive; an
-        unresolved comparison is named after the warnings and changes neither."""
+    def test_possible_regressions_lead_and_unresolved_are_noted_apart(self) -> None:
+        """A possible regression makes the week INCONCLUSIVE and leads the headline after a colon;
+        an unresolved comparison is named after the warnings and changes neither."""
         maybe = judged(Verdict.INCONCLUSIVE, inconclusive_kind="possible-regression")
         unsure = judged(Verdict.INCONCLUSIVE, "nll", inconclusive_kind="unresolved")
         both = GateReport("2026-W41", [maybe, unsure])
-        assert (
-            both.headline() == "2026-W41: INCONCLUSIVE, 1 inconclusive, 0 warning(s), 1 unresolved"
+        assert both.headline() == (
+            "2026-W41: INCONCLUSIVE: m@v2 accuracy -5.0 pts (p=0.002), 0 warning(s), 1 unresolved"
         )
         only = GateReport("2026-W41", [judged(Verdict.PASS), unsure])
         assert only.headline() == "2026-W41: PASS, 0 warning(s), 1 unresolved"
@@ -468,3 +472,111 @@ class TestHeadline:
         one_line = report.message(sep=" | ")
         assert "\n" not in one_line and one_line.startswith(report.headline() + " | FAIL")
         assert one_line.count("drop beyond tolerance and significant") == 2
+
+
+def drifted(feature: str, psi: float, verdict: Verdict, model: str | None = None) -> DriftResult:
+    """A drift result of the toy evalset's live sample (300 rows against 300)."""
+    return DriftResult(
+        "toy",
+        feature,
+        "input" if model is None else "prediction",
+        psi,
+        0.5,
+        1e-9,
+        2e-9,
+        300,
+        300,
+        verdict,
+        model,
+    )
+
+
+class TestDriftIsAVerdict:
+    def test_any_drift_makes_a_passing_week_a_warn_that_leads_the_headline(self) -> None:
+        """WARN- or FAIL-level drift without drift.fail_run: the week is a WARN, drift first,
+        worst first, the gate's own verdict after it; the exit code stays 0."""
+        report = GateReport(
+            "2026-W41",
+            [judged(Verdict.PASS)],
+            drift=[
+                drifted("std", 0.2, Verdict.WARN),
+                drifted("mean", 7.05, Verdict.FAIL),
+                drifted("max", 0.01, Verdict.PASS),
+            ],
+        )
+        assert report.verdict == Verdict.WARN and report.exit_code == 0 and not report.failed
+        assert report.headline() == (
+            "2026-W41: WARN drift in 2 feature(s): toy mean PSI 7.05 and 1 more; "
+            "the gate: PASS, 0 warning(s)"
+        )
+        assert report.details() == [
+            "FAIL drift toy mean: PSI 7.050, p=2e-09 (KS, BH; 300 live vs 300 frozen rows)",
+            "WARN drift toy std: PSI 0.200, p=2e-09 (KS, BH; 300 live vs 300 frozen rows)",
+        ]
+
+    def test_with_fail_run_failing_drift_fails_the_week(self) -> None:
+        """drift.fail_run: FAIL-level drift is a FAIL of the week, exit 1, leading the headline."""
+        report = GateReport(
+            "2026-W41",
+            [judged(Verdict.PASS)],
+            drift=[drifted("mean", 7.05, Verdict.FAIL)],
+            drift_fails=True,
+        )
+        assert report.verdict == Verdict.FAIL and report.exit_code == 1 and report.failed
+        assert report.headline().startswith("2026-W41: FAIL drift in 1 feature(s): toy mean PSI")
+
+    def test_a_worse_gate_verdict_leads_and_the_drift_follows(self) -> None:
+        """A FAIL (or an INCONCLUSIVE) of the gate leads; the drift is named after it."""
+        drift = [drifted("predicted_class", 0.3, Verdict.WARN, model="m")]
+        failed = GateReport("2026-W41", [judged(Verdict.FAIL)], drift=drift)
+        assert failed.headline() == (
+            "2026-W41: FAIL m@v2 accuracy -5.0 pts (p=0.002), "
+            "drift in 1 feature(s): toy predicted_class of m PSI 0.3"
+        )
+        maybe = judged(Verdict.INCONCLUSIVE, inconclusive_kind="possible-regression")
+        unsure = GateReport("2026-W41", [maybe], drift=drift)
+        assert unsure.headline().startswith("2026-W41: INCONCLUSIVE: m@v2 accuracy")
+        assert unsure.headline().endswith(
+            ", drift in 1 feature(s): toy predicted_class of m PSI 0.3"
+        )
+
+    def test_the_gate_reads_the_week_s_recorded_drift(self, tmp_path: Path) -> None:
+        """gate_week reports the drift rows recorded for its week; fail_run makes FAIL fail it."""
+        from evalsentry.config import DriftPolicy
+
+        history = History(str(tmp_path))
+        record_week(history, "2026-W40", accuracy_mask(200, 0.9, seed=0), model="m")
+        history.append_drift([drifted("mean", 7.05, Verdict.FAIL).row("r1", "2026-W40")])
+        history.append_drift([drifted("mean", 9.0, Verdict.FAIL).row("r0", "2026-W39")])
+        report = gate_week(history, "2026-W40", GatePolicy())
+        assert [d.psi for d in report.drift] == [7.05] and report.verdict == Verdict.WARN
+        failing = gate_week(history, "2026-W40", GatePolicy(), drift=DriftPolicy(fail_run=True))
+        assert failing.verdict == Verdict.FAIL and failing.exit_code == 1
+
+
+class TestNames:
+    def test_a_version_read_back_as_a_float_still_reads_as_an_integer(self) -> None:
+        """Parquet gives a fanned-out week's versions back as floats: m@v2, never m@v2.0."""
+        from evalsentry.pipeline import Target
+
+        comparison = judged(Verdict.FAIL, version=np.float64(2.0))
+        report = GateReport("2026-W41", [comparison])
+        assert report.headline() == "2026-W41: FAIL m@v2 accuracy -5.0 pts (p=0.002)"
+        assert comparison.describe().startswith("FAIL m@v2 on toy: ")
+        target = Target("m", "m.pt", version=2.0, sha256="ab" * 32)  # type: ignore[arg-type]
+        assert (target.label, target.slug) == ("m@v2", "m-v2")
+
+    def test_a_candidate_file_is_named_by_its_sha256(self) -> None:
+        """A file evaluated as a candidate names its bytes (`m (candidate 9ae2a1ad)`), in the
+        headline, the task name part and the progress artifact's label alike."""
+        from evalsentry.pipeline import Target
+
+        sha = "9ae2a1ad" + "0" * 56
+        comparison = judged(Verdict.FAIL, version=None, checkpoint_sha256=sha)
+        assert (
+            GateReport("2026-W41", [comparison])
+            .headline()
+            .startswith("2026-W41: FAIL m (candidate 9ae2a1ad) accuracy -5.0 pts")
+        )
+        target = Target("m", "m.pt", sha256=sha)
+        assert (target.label, target.slug) == ("m (candidate 9ae2a1ad)", "m-9ae2a1ad")

@@ -229,16 +229,16 @@ class TestWeeklyMarkdown:
         summary = [line for line in text[summary_at:details_at].splitlines() if line]
         assert summary[0].count("|") == 7  # checkpoint, evalset, metric, now, two references
         assert summary[2] == (
-            "| m@v2 | toy | accuracy | 0.8500 | ❌ -5.0 pts (W40, p=6e-11) "
-            "| ❌ -5.0 pts (2025-W50, p=0.002) |"
+            "| m@v2 | toy | accuracy | 0.8500 | FAIL -5.0 pts (W40, p=6e-11) "
+            "| FAIL -5.0 pts (2025-W50, p=0.002) |"
         )
         assert (
             summary[3]
-            == "| m@v2 | toy | nll | 0.8500 | ✅ +0.0123 (W40) | ⚠️ +0.0523 (2025-W50, p=0.002) |"
+            == "| m@v2 | toy | nll | 0.8500 | PASS +0.0123 (W40) | WARN +0.0523 (2025-W50, p=0.002) |"
         )
         # Cell text of the widest row: at about 8 px a character and 24 px of padding a cell,
-        # 80 characters in 6 cells fit the UI's 828 px artifact panel.
-        assert max(sum(len(cell.strip()) for cell in row.split("|")) for row in summary) <= 80
+        # (828 - 6 * 24) / 8 = 85 characters in 6 cells fit the UI's 828 px artifact panel.
+        assert max(sum(len(cell.strip()) for cell in row.split("|")) for row in summary) <= 85
         assert "| change | allowed |" in text[details_at:] and "## evalsentry gate" not in text
 
     def test_candidates_get_a_production_column_and_first_weeks_say_baseline(self) -> None:
@@ -249,8 +249,8 @@ class TestWeeklyMarkdown:
         first = judged(Verdict.BASELINE, "*", reference="none", model="new", delta=None, value=None)
         lines = summary_table(GateReport("2026-W41", [first, candidate]))
         assert lines[0] == "| checkpoint | evalset | metric | now | vs production |"
-        assert lines[2] == "| new@v2 | toy |  |  | 📌 first week, the baseline |"
-        assert lines[3].startswith("| m (candidate file) | toy | accuracy | 0.8500 | ❌ -5.0 pts")
+        assert lines[2] == "| new@v2 | toy |  |  | BASELINE first week, the baseline |"
+        assert lines[3].startswith("| m (candidate file) | toy | accuracy | 0.8500 | FAIL -5.0 pts")
 
     def test_an_invalid_evalset_is_a_row_of_its_own(self) -> None:
         """Nothing ran on a tampered evalset: one ERROR row for every checkpoint, first."""
@@ -268,7 +268,8 @@ class TestWeeklyMarkdown:
         )
         lines = summary_table(GateReport("2026-W41", [judged(Verdict.PASS), invalid]))
         assert (
-            lines[2] == "| every checkpoint | toy |  |  | ⛔ evalset invalid, nothing evaluated |"
+            lines[2]
+            == "| every checkpoint | toy |  |  | ERROR evalset invalid, nothing evaluated |"
         )
 
 
@@ -310,14 +311,19 @@ class TestArtifactHelpers:
         ]
         json.dumps(rows, allow_nan=False)
 
-    def test_local_and_unsignable_stores_say_where_the_file_is(self, tmp_path: Path) -> None:
-        """A local report links as file:// and says so; a store that cannot sign says that."""
+    def test_a_local_report_links_over_http_never_file(self, tmp_path: Path) -> None:
+        """A local report links to the report server (its default URL, or reports_url), never
+        to file://, which browsers refuse from a web page; a store that cannot sign says so."""
         import fsspec
 
-        from evalsentry.report import browser_link
+        from evalsentry.report import DEFAULT_REPORTS_URL, browser_link
 
-        local, note = browser_link(fsspec.filesystem("file"), str(tmp_path / "r.html"))
-        assert local == (tmp_path / "r.html").as_uri() and "worker's host" in note
+        local, note = browser_link(fsspec.filesystem("file"), str(tmp_path / "r 1.html"))
+        assert local == f"{DEFAULT_REPORTS_URL}/r%201.html" and "serve-reports" in note
+        served, note = browser_link(
+            fsspec.filesystem("file"), str(tmp_path / "r.html"), reports_url="http://h:9/x/"
+        )
+        assert served == "http://h:9/x/r.html" and "http://h:9/x/" in note
         memory, note = browser_link(fsspec.filesystem("memory"), "/reports/r.html")
         assert memory == "memory:///reports/r.html" and "cannot sign" in note
 

@@ -174,6 +174,7 @@ def gate(argv: Sequence[str]) -> int:
             model=args.model,
             evalset=args.evalset,
             evalsets_dir=settings.evalsets_dir,
+            drift=settings.drift,
         )
         if review is not None:
             review = replace(review, title=f"{report.week} {title}")

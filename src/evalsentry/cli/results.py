@@ -227,6 +227,7 @@ def report(
         check_week(week) if week is not None else None,
         settings.gate,
         evalsets_dir=settings.evalsets_dir,
+        drift=settings.drift,
     )
     week = gated.week
     html = render_report(store, gated, bill=lifetime(store, settings, until=week))
@@ -236,6 +237,44 @@ def report(
     except OSError as exc:
         raise UsageError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
     typer.echo(f"report {week}: {fs.unstrip_protocol(path) if out is None else out}")
+
+
+@app.command("serve-reports")
+def serve_reports(
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (loopback: only this host's browser).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8470,
+    config: ConfigOption = None,
+) -> None:
+    """Serve <store>/reports over HTTP, read-only, so the Prefect UI's report links open.
+
+    The weekly run's link artifact points at http://127.0.0.1:8470/<report>, or under
+    `reports_url` in evalsentry.yaml when you serve them elsewhere. Ctrl-C stops it.
+    """
+    from evalsentry.serve import report_server
+    from evalsentry.storage import filesystem, is_local, join
+
+    settings, _ = ci.project(config)
+    fs, root = filesystem(settings.store_url)
+    if not is_local(fs):
+        raise UsageError(
+            f"{settings.store_url}: the store is not a local folder; its report links are "
+            "presigned URLs (or set reports_url to where your web server publishes them)"
+        )
+    folder = Path(join(root, "reports"))
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        server = report_server(folder, host, port)
+    except OSError as exc:
+        raise UsageError(f"{host}:{port}: cannot listen there ({exc.strerror or exc})") from None
+    typer.echo(f"serving {folder} at http://{host}:{server.server_port}/ (Ctrl-C stops)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
 
 
 @baseline_app.command("set")

@@ -108,7 +108,6 @@ def demo(
 
     from evalsentry.errors import UsageError
     from evalsentry.orchestration import ensure_prefect_api, import_flow
-
     from evalsentry.trust import import_path
 
     # The program imports from no working folder (see `entry`); the demo is the one command

@@ -1,0 +1,103 @@
+"""The weekly run as the UI shows it: its verdict is the state message and the head of its log,
+and every Failed run sends exactly one `evalsentry.week.failed` event, whatever stopped it."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from evalsentry.flows.weekly_eval import weekly_eval
+from tests.flows.api import alerts_of, run_logs, run_name
+
+
+class TestTheVerdictLeads:
+    def test_a_passing_week_s_state_message_and_first_log_line_are_its_verdict(
+        self, toy_project: Path
+    ) -> None:
+        """Completed is not all the UI says: the message is the verdict, the log opens on it,
+        and a passing week sends no alert."""
+        first = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
+        second = weekly_eval(week="2026-W41", config_path=str(toy_project), return_state=True)
+        assert first.is_completed() and (first.message or "").startswith("2026-W40: BASELINE")
+        assert second.is_completed() and second.message == "2026-W41: PASS, 0 warning(s)"
+        logs = run_logs(second.state_details.flow_run_id)
+        assert logs[0] == (logging.INFO, "2026-W41: PASS, 0 warning(s)")
+        assert logs[1][1].startswith("report: ")
+        assert alerts_of(second, "2026-W41", expect=False) == []
+
+
+class TestEveryFailedRunAlertsOnce:
+    @pytest.mark.parametrize(
+        ("case", "headline"),
+        [
+            ("mistyped-model", "2026-W40: ERROR nothing to evaluate"),
+            ("missing-config", "2026-W40: ERROR "),
+        ],
+    )
+    def test_a_run_that_fails_before_its_gate_alerts_once_with_its_headline(
+        self, toy_project: Path, case: str, headline: str
+    ) -> None:
+        """Nothing to evaluate, or no config: Failed, one event whose first line is the
+        headline, which also opens the run's log (ERROR, then each reason)."""
+        if case == "mistyped-model":
+            state = weekly_eval(
+                week="2026-W40",
+                models=["toy-modle"],
+                config_path=str(toy_project),
+                return_state=True,
+            )
+        else:
+            missing = toy_project.parent / "missing.yaml"
+            state = weekly_eval(week="2026-W40", config_path=str(missing), return_state=True)
+        assert state.is_failed()
+        message = state.message or ""
+        assert message.startswith(headline)
+        own = message.split(" | ")[0]
+        (alert,) = alerts_of(state, "2026-W40")
+        payload = alert.payload
+        assert payload["alert"] == "failed" and payload["gate"] == "ERROR"
+        assert payload["week"] == "2026-W40" and payload["headline"] == own
+        assert payload["text"].splitlines()[0] == f"evalsentry: {own}"
+        assert payload["counts"]["ERROR"] == 1
+        logs = run_logs(state.state_details.flow_run_id)
+        assert logs[0] == (logging.ERROR, own)
+        if case == "mistyped-model":
+            assert "Did you mean 'toy-model'?" in logs[1][1] and logs[1][0] == logging.ERROR
+        else:
+            assert "missing.yaml" in own
+
+    def test_a_malformed_week_refused_by_the_flow_still_alerts(self, toy_project: Path) -> None:
+        """A week that is not an ISO week fails the run at once; it alerts as that week."""
+        state = weekly_eval(week="W49", config_path=str(toy_project), return_state=True)
+        assert state.is_failed() and "ISO week" in (state.message or "")
+        (alert,) = alerts_of(state, "W49")
+        assert alert.payload["headline"].startswith("W49: ERROR ")
+
+
+class TestNames:
+    def test_a_fanned_out_child_is_named_after_its_parent_run(self, toy_project: Path) -> None:
+        """evaluate-one's name: the model, an integer version, the evalset, the week, and the
+        end of the parent flow run's id (as the parent's own name ends), not the history's."""
+        from prefect import flow, runtime
+
+        from evalsentry.flows.evaluate_one import evaluate_one
+
+        @flow(name="fan-out-parent")
+        def parent() -> tuple[str, str]:
+            child = evaluate_one(
+                model="toy-model",
+                version=1,
+                evalset="toy",
+                week="2026-W40",
+                run_id="history-run-id-not-the-parent",
+                config_path=str(toy_project),
+                return_state=True,
+            )
+            return str(runtime.flow_run.id), str(child.state_details.flow_run_id)
+
+        parent_id, child_id = parent()
+        assert run_name(child_id) == (
+            f"evaluate-one-toy-model-v1-toy-2026-W40-{parent_id.replace('-', '')[-6:]}"
+        )
