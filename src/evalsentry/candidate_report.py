@@ -6,13 +6,12 @@ page (no network, no script), uploaded beside the JUnit file as the check's arti
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from evalsentry import units
 from evalsentry.flips import report_flips
-from evalsentry.html_report import STYLE, VERDICT_COLOUR
+from evalsentry.html_report import STYLE, VERDICT_COLOUR, esc, html_table
 from evalsentry.report import HEADERS, comparison_rows, overview
 
 if TYPE_CHECKING:
@@ -26,16 +25,6 @@ LINEAGE_HEADERS = [
 ]
 #: Example ids listed per flip list (the history's predictions hold every one).
 IDS_SHOWN = 1000
-
-
-def _esc(value: object) -> str:
-    return html.escape("" if value is None else str(value))
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    head = "".join(f"<th>{_esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _ids(ids: Sequence[str]) -> str:
@@ -53,15 +42,15 @@ def render_candidate(history: History, run: CandidateRun, report: GateReport) ->
     first = evaluations[0] if evaluations else {}
     verdict = str(report.verdict)
     body = [
-        f"<h1>evalsentry candidate {_esc(first.get('model', ''))}: "
+        f"<h1>evalsentry candidate {esc(first.get('model', ''))}: "
         f'<span class="verdict" style="color:{VERDICT_COLOUR[verdict]}">{verdict}</span></h1>',
-        f"<p><strong>{_esc(report.headline())}</strong></p>",
-        f"<p>{_esc(overview(report, report.comparisons))}</p>",
-        f"<p>Checkpoint <code>{_esc(first.get('checkpoint_uri', ''))}</code>, sha256 "
-        f"<code>{_esc(first.get('checkpoint_sha256', ''))}</code>; recorded as a candidate check "
-        f"of week {_esc(run.week)}, run {_esc(run.run_id)}.</p>",
+        f"<p><strong>{esc(report.headline())}</strong></p>",
+        f"<p>{esc(overview(report, report.comparisons))}</p>",
+        f"<p>Checkpoint <code>{esc(first.get('checkpoint_uri', ''))}</code>, sha256 "
+        f"<code>{esc(first.get('checkpoint_sha256', ''))}</code>; recorded as a candidate check "
+        f"of week {esc(run.week)}, run {esc(run.run_id)}.</p>",
         "<h2>Verdicts</h2>",
-        _table(HEADERS, comparison_rows(report.comparisons))
+        html_table(HEADERS, comparison_rows(report.comparisons))
         if report.comparisons
         else "<p>Nothing to compare yet.</p>",
     ]
@@ -69,9 +58,9 @@ def render_candidate(history: History, run: CandidateRun, report: GateReport) ->
     if flips:
         body.append("<h2>Flipped examples</h2>")
         for f in flips:
-            body.append(f"<h3>{_esc(f.label)}</h3>")
+            body.append(f"<h3>{esc(f.label)}</h3>")
             body.append(
-                _table(
+                html_table(
                     ["", "examples", "ids"],
                     [
                         ["newly wrong", len(f.newly_wrong), _ids(f.newly_wrong)],
@@ -82,7 +71,7 @@ def render_candidate(history: History, run: CandidateRun, report: GateReport) ->
     metrics = [m for o in run.outcomes for m in o.metrics if not m.get("slice")]
     body.append("<h2>Metrics</h2>")
     body.append(
-        _table(
+        html_table(
             ["evalset", "metric", "value", "95% CI", "n"],
             [
                 [
@@ -98,7 +87,7 @@ def render_candidate(history: History, run: CandidateRun, report: GateReport) ->
     )
     body.append("<h2>Lineage and cost</h2>")
     body.append(
-        _table(
+        html_table(
             LINEAGE_HEADERS,
             [
                 [
@@ -120,7 +109,7 @@ def render_candidate(history: History, run: CandidateRun, report: GateReport) ->
     )
     body.append("<h2>Data validation</h2>")
     body.append(
-        _table(
+        html_table(
             ["evalset", "result", "expectations", "failed"],
             [
                 [
@@ -136,7 +125,7 @@ def render_candidate(history: History, run: CandidateRun, report: GateReport) ->
     title = f"evalsentry candidate {first.get('model', '')}: {verdict}"
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>{_esc(title)}</title><style>{STYLE}</style></head><body>"
+        f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
         + "".join(body)
         + "</body></html>\n"
     )

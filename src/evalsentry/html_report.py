@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -52,13 +52,15 @@ def up_to(frame: pd.DataFrame, week: str) -> pd.DataFrame:
     return frame[frame["week"].isin(weeks_up_to(frame["week"], week))]
 
 
-def _esc(value: object) -> str:
+def esc(value: object) -> str:
+    """``value`` as HTML text (None as nothing)."""
     return html.escape("" if value is None else str(value))
 
 
-def _table(headers: list[str], rows: list[list[object]]) -> str:
-    head = "".join(f"<th>{_esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain HTML table of ``rows`` under ``headers``, every cell escaped."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -197,7 +199,7 @@ def _line_section(history: History, report: GateReport, line: pd.DataFrame, week
     stored = history.comparisons(line["evaluation_id"])
     baseline_week, _ = history.baseline(str(current["model"]), line["week"])
     parts = [
-        f"<h2>{_esc(current['model'])} on {_esc(current['evalset'])}</h2>",
+        f"<h2>{esc(current['model'])} on {esc(current['evalset'])}</h2>",
         '<div class="charts">',
     ]
     for metric in sorted(set(metrics["metric"])):
@@ -231,7 +233,7 @@ def _line_section(history: History, report: GateReport, line: pd.DataFrame, week
     if sliced:
         parts.append("<h3>Slices</h3>")
         parts.append(
-            _table(
+            html_table(
                 ["metric", "slice", "reference", "was", "now", "delta", "p (family)", "verdict"],
                 [
                     [
@@ -251,7 +253,7 @@ def _line_section(history: History, report: GateReport, line: pd.DataFrame, week
     flips = _flips(history, current, earlier.iloc[-1] if not earlier.empty else None)
     if flips:
         parts.append("<h3>Flips against the previous week</h3>")
-        parts.append(_table(["newly wrong", "examples", "newly right", "examples"], [flips]))
+        parts.append(html_table(["newly wrong", "examples", "newly right", "examples"], [flips]))
     return "".join(parts)
 
 
@@ -295,9 +297,9 @@ def _bill_section(bill: Lifetime | None) -> list[str]:
     headers, rows = lifetime_table(bill.lines)
     return [
         "<h2>Lifetime bill to date</h2>",
-        _table(headers, [list(r) for r in rows]),
-        "<ul>" + "".join(f"<li>{_esc(line.in_words())}</li>" for line in bill.lines) + "</ul>",
-        *(f"<p>note: {_esc(note)}</p>" for note in bill.notes),
+        html_table(headers, [list(r) for r in rows]),
+        "<ul>" + "".join(f"<li>{esc(line.in_words())}</li>" for line in bill.lines) + "</ul>",
+        *(f"<p>note: {esc(note)}</p>" for note in bill.notes),
         f'<div class="chart" id="bill-chart">{bill_chart(bill)}</div>',
     ]
 
@@ -352,22 +354,22 @@ def render_report(
     this_bill = this_week[["wall_s", "energy_kwh", "co2_kg", "cost"]].sum()
     currency = this_week["currency"].dropna().iloc[0] if this_week["currency"].notna().any() else ""
     body = [
-        f'<h1>evalsentry {_esc(week)}: <span class="verdict" style="color:{VERDICT_COLOUR[verdict]}">{verdict}</span></h1>',
-        f"<p><strong>{_esc(report.headline())}</strong></p>",
-        f"<p>{_esc(counts_line(report))}.</p>",
-        *([f'<p class="scope">{_esc(scope)}</p>'] if scope else []),
+        f'<h1>evalsentry {esc(week)}: <span class="verdict" style="color:{VERDICT_COLOUR[verdict]}">{verdict}</span></h1>',
+        f"<p><strong>{esc(report.headline())}</strong></p>",
+        f"<p>{esc(counts_line(report))}.</p>",
+        *([f'<p class="scope">{esc(scope)}</p>'] if scope else []),
     ]
     if gating:
-        body.append(_table(["verdict", "what"], [[c.verdict, c.describe()] for c in gating]))
+        body.append(html_table(["verdict", "what"], [[c.verdict, c.describe()] for c in gating]))
     if bindings:
         body.append("<h2>Model lines</h2>")
         body.append(
-            _table(["model", "evaluated on"], [[m, b] for m, b in sorted(bindings.items())])
+            html_table(["model", "evaluated on"], [[m, b] for m, b in sorted(bindings.items())])
         )
     body += sections
     body.append("<h2>Live-data drift</h2>")
     body.append(
-        _table(
+        html_table(
             ["evalset", "feature", "model", "PSI", "statistic", "p (BH)", "verdict"],
             [
                 [
@@ -387,7 +389,7 @@ def render_report(
     )
     body.append("<h2>Lineage</h2>")
     body.append(
-        _table(
+        html_table(
             ["checkpoint", "stage", "status", "git", "data", "seed", "trained", "config"],
             [
                 [
@@ -405,19 +407,19 @@ def render_report(
         )
     )
     body.append("<h2>Data validation</h2>")
-    body.append(_table(["evalset", "result", "expectations", "failed"], validation_rows))
+    body.append(html_table(["evalset", "result", "expectations", "failed"], validation_rows))
     body.append("<h2>Cost</h2>")
     body.append(
-        f"<p>This week: {_esc(units.duration(this_bill['wall_s']))} of device time, "
-        f"{_esc(units.energy(this_bill['energy_kwh']))}, {_esc(units.carbon(this_bill['co2_kg']))}, "
-        f"{_esc(units.money(this_bill['cost'], currency))}.</p>"
+        f"<p>This week: {esc(units.duration(this_bill['wall_s']))} of device time, "
+        f"{esc(units.energy(this_bill['energy_kwh']))}, {esc(units.carbon(this_bill['co2_kg']))}, "
+        f"{esc(units.money(this_bill['cost'], currency))}.</p>"
     )
     if not evaluations.empty:
         body.append(f'<div class="chart">{cost_chart(evaluations)}</div>')
     body += _bill_section(bill)
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>evalsentry {_esc(week)}</title><style>{STYLE}</style></head><body>"
+        f"<title>evalsentry {esc(week)}</title><style>{STYLE}</style></head><body>"
         + "".join(body)
         + "</body></html>\n"
     )
