@@ -9,6 +9,10 @@ numerically, strings with the numbers inside them compared as numbers (``class_2
 command line) sets the order explicitly; it must list every label once and no class without an
 example, since the generated suite pins the label set (a class the data never shows could not
 be measured, and a label it does not list would have no logit column).
+
+A frozen folder appears whole or not at all (written aside, then renamed into place), and an
+existing evalset is never overwritten: a new version is a new folder. The manifest pins the
+identity under ``IDENTITY_VERSION`` (every field that changes results) and each such field.
 """
 
 from __future__ import annotations
@@ -83,9 +87,7 @@ def freeze_evalset(
 ) -> EvalsetSpec:
     """Freeze data into ``dest``: Parquet, manifest with hashes, generated expectation suite.
 
-    The folder appears whole or not at all (written aside, then renamed into place), and an
-    existing evalset is never overwritten: a new version is a new folder. The manifest pins the
-    identity under ``IDENTITY_VERSION`` (every field that changes results) and each such field.
+    Written whole or not at all, never over an existing evalset (see the module docstring).
 
     Args:
         outputs: what a classifier returns, ``logits`` or ``probabilities`` (a softmax at the
@@ -97,15 +99,53 @@ def freeze_evalset(
             non-string label; or data that does not match the inputs spec, target, id, slice
             columns or the given classes.
     """
-    from evalsentry.validation import build_suite, validation_frame
-
     check_name("evalset", name)
     dest = Path(dest)
+    _refuse_existing(dest, name, version)
+    table, id_column = _rows(data, dest, name, inputs, id_column, source)
+    _check_rows(table, target, slices, id_column, task, inputs.column, source or "the data")
+    classes = _task_classes(table, target, task, classes, outputs, source or "the data")
+    described = EvalsetSpec(
+        name=name,
+        version=version,
+        description=description,
+        provenance=provenance,
+        license=license,
+        task=task,
+        id_column=id_column,
+        target=target,
+        inputs=inputs,
+        slices=list(slices),
+        classes=list(classes) if classes is not None else None,
+        metrics=list(metrics) if metrics else None,
+        outputs=outputs,
+        num_rows=len(table),
+        schema={},
+        files=[],
+        evalset_sha256="",
+        frozen_at="",
+    )
+    return _write_folder(table, dest, described)
+
+
+def _refuse_existing(dest: Path, name: str, version: int) -> None:
+    """Frozen data is never overwritten: a new version is a new folder."""
     if dest.exists():
         raise EvalsetError(
             f"{dest}: an evalset is already frozen here; frozen data is never overwritten. "
             f"Freeze the new data as a new version, e.g. --name {name}-v{version + 1} --version {version + 1}"
         )
+
+
+def _rows(
+    data: pa.Table | pd.DataFrame,
+    dest: Path,
+    name: str,
+    inputs: InputsSpec,
+    id_column: str | None,
+    source: str | None,
+) -> tuple[pa.Table, str]:
+    """The rows as they will be stored (ids added, tensor inputs fixed-size) and the id column."""
     table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=False)
     if len(table) == 0:
         raise EvalsetError(
@@ -113,7 +153,19 @@ def freeze_evalset(
             "(check the query or export that wrote it)"
         )
     table, id_column = _with_ids(table, id_column, name)
-    table = _normalise_inputs(table, inputs, dest)
+    return _normalise_inputs(table, inputs, dest), id_column
+
+
+def _check_rows(
+    table: pa.Table,
+    target: str,
+    slices: Sequence[str],
+    id_column: str,
+    task: str,
+    tensor_column: str | None,
+    source: str,
+) -> None:
+    """The named columns exist, ids are unique, and every label and value is usable."""
     for column, role in [(target, "target"), *((s, "slices") for s in slices)]:
         if column not in table.column_names:
             raise EvalsetError(
@@ -121,10 +173,21 @@ def freeze_evalset(
             )
     if table.column(id_column).null_count or len(pc.unique(table.column(id_column))) != len(table):
         raise EvalsetError(f"id_column: {id_column!r} must be unique and non-null")
-    _check_labels(table, target, task, source or "the data")
-    _check_values(table, inputs.column, source or "the data")
+    _check_labels(table, target, task, source)
+    _check_values(table, tensor_column, source)
+
+
+def _task_classes(
+    table: pa.Table,
+    target: str,
+    task: str,
+    classes: Sequence[Any] | None,
+    outputs: str,
+    source: str,
+) -> Sequence[Any] | None:
+    """A classifier's classes (see ``_classes``); a regression evalset has none, and logits."""
     if task == "classification":
-        classes = _classes(table, target, classes, source or "the data")
+        classes = _classes(table, target, classes, source)
     elif classes is not None:
         raise EvalsetError(
             "classes: a regression evalset has no classes (its model returns one value per "
@@ -135,8 +198,19 @@ def freeze_evalset(
             "outputs: only a classifier returns probabilities; leave --outputs out of a "
             f"{task} evalset"
         )
+    return classes
+
+
+def _write_folder(table: pa.Table, dest: Path, described: EvalsetSpec) -> EvalsetSpec:
+    """Write the evalset aside, then rename it into place: the folder appears whole or not at all.
+
+    ``described`` is the manifest as the caller describes the data; the files, schema, identity
+    (under ``IDENTITY_VERSION``) and time of freezing are filled in here, once the data is written.
+    """
     tmp = Path(
-        tempfile.mkdtemp(dir=dest.parent if dest.parent.exists() else None, prefix=f".{name}.")
+        tempfile.mkdtemp(
+            dir=dest.parent if dest.parent.exists() else None, prefix=f".{described.name}."
+        )
     )
     try:
         tmp.chmod(shared_mode(folder=True))  # mkdtemp's folder is private; the evalset is shared
@@ -144,48 +218,25 @@ def freeze_evalset(
         pq.write_table(table, tmp / DATA_DIR / DATA_FILE, compression="zstd")
         digest, size = sha256_file(tmp / DATA_DIR / DATA_FILE)
         files = [DataFile(path=f"{DATA_DIR}/{DATA_FILE}", sha256=digest, size=size)]
-        spec = EvalsetSpec(
-            name=name,
-            version=version,
-            description=description,
-            provenance=provenance,
-            license=license,
-            task=task,
-            id_column=id_column,
-            target=target,
-            inputs=inputs,
-            slices=list(slices),
-            classes=list(classes) if classes is not None else None,
-            metrics=list(metrics) if metrics else None,
-            outputs=outputs,
-            num_rows=len(table),
-            # Pinned as read back: Parquet renames list items, so this is what loads will see.
-            schema={f.name: str(f.type) for f in pq.read_schema(tmp / DATA_DIR / DATA_FILE)},
-            files=files,
-            identity_version=IDENTITY_VERSION,
-            evalset_sha256="",
-            frozen_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        spec = described.model_copy(
+            update={
+                # Pinned as read back: Parquet renames list items, so this is what loads will see.
+                "schema_": {
+                    f.name: str(f.type) for f in pq.read_schema(tmp / DATA_DIR / DATA_FILE)
+                },
+                "files": files,
+                "frozen_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            }
         )
         fields = spec.result_fields()
         spec = spec.model_copy(
             update={
+                "identity_version": IDENTITY_VERSION,
                 "evalset_sha256": evalset_identity(files, fields, IDENTITY_VERSION),
                 "field_sha256": field_digests(fields),
             }
         )
-        frame = validation_frame(table, inputs.column)
-        suite = build_suite(
-            frame,
-            name=f"{name}-v{version}",
-            id_column=id_column,
-            target=target,
-            task=task,
-            classes=spec.classes,
-            tensor_column=inputs.column,
-            tensor_size=inputs.size if inputs.column else None,
-            feature_columns=inputs.columns or [],
-        )
-        (tmp / SUITE).write_text(json.dumps(suite, indent=2, sort_keys=True) + "\n")
+        _write_suite(tmp, table, spec)
         manifest = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
         (tmp / MANIFEST).write_text(
             yaml.safe_dump(manifest, sort_keys=False, width=100, default_flow_style=None)
@@ -194,8 +245,27 @@ def freeze_evalset(
         tmp.rename(dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    log.info("froze evalset %s v%d (%d rows) in %s", name, version, len(table), dest)
+    log.info("froze evalset %s v%d (%d rows) in %s", spec.name, spec.version, len(table), dest)
     return spec
+
+
+def _write_suite(folder: Path, table: pa.Table, spec: EvalsetSpec) -> None:
+    """Generate the expectation suite the data must meet at every load, and write it."""
+    from evalsentry.validation import build_suite, validation_frame
+
+    inputs = spec.inputs
+    suite = build_suite(
+        validation_frame(table, inputs.column),
+        name=f"{spec.name}-v{spec.version}",
+        id_column=spec.id_column,
+        target=spec.target,
+        task=spec.task,
+        classes=spec.classes,
+        tensor_column=inputs.column,
+        tensor_size=inputs.size if inputs.column else None,
+        feature_columns=inputs.columns or [],
+    )
+    (folder / SUITE).write_text(json.dumps(suite, indent=2, sort_keys=True) + "\n")
 
 
 def seal_evalset(name_or_path: str | Path, evalsets_dir: str | Path | None = None) -> EvalsetSpec:
