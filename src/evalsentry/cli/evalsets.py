@@ -19,6 +19,7 @@ from evalsentry.errors import UsageError
 
 if TYPE_CHECKING:
     from evalsentry.config import Config
+    from evalsentry.evalsets import EvalsetSpec, InputsSpec
 
 
 @evalset_app.command("freeze")
@@ -58,22 +59,9 @@ def evalset_freeze(
     config: ConfigOption = None,
 ) -> None:
     """Freeze a dataset into a hash-pinned evalset with a generated expectation suite."""
-    from evalsentry.evalsets import InputsSpec
     from evalsentry.freeze import freeze_evalset, read_source
 
-    columns = _csv(inputs)
-    try:
-        spec_inputs = (
-            InputsSpec(column=columns[0], shape=[int(d) for d in _csv(shape)], dtype=dtype)
-            if shape
-            else InputsSpec(columns=columns)
-        )
-    except ValueError as exc:
-        raise UsageError(f"--inputs/--shape: {exc}".splitlines()[0]) from None
-    if task not in ("classification", "regression"):
-        raise UsageError(f"--task: {task!r} is not classification or regression")
-    if outputs not in ("logits", "probabilities"):
-        raise UsageError(f"--outputs: {outputs!r} is not logits or probabilities")
+    spec_inputs = _freeze_options(inputs, shape, dtype, task, outputs)
     dest = Path(_config(config).evalsets_dir) / name
     spec = freeze_evalset(
         read_source(source),
@@ -92,6 +80,33 @@ def evalset_freeze(
         license=license_,
         source=str(source),
     )
+    _print_frozen(spec, dest, config)
+
+
+def _freeze_options(
+    inputs: str, shape: str | None, dtype: str, task: str, outputs: str
+) -> InputsSpec:
+    """The inputs spec of --inputs/--shape/--dtype; --task and --outputs checked as well."""
+    from evalsentry.evalsets import InputsSpec
+
+    columns = _csv(inputs)
+    try:
+        spec_inputs = (
+            InputsSpec(column=columns[0], shape=[int(d) for d in _csv(shape)], dtype=dtype)
+            if shape
+            else InputsSpec(columns=columns)
+        )
+    except ValueError as exc:
+        raise UsageError(f"--inputs/--shape: {exc}".splitlines()[0]) from None
+    if task not in ("classification", "regression"):
+        raise UsageError(f"--task: {task!r} is not classification or regression")
+    if outputs not in ("logits", "probabilities"):
+        raise UsageError(f"--outputs: {outputs!r} is not logits or probabilities")
+    return spec_inputs
+
+
+def _print_frozen(spec: EvalsetSpec, dest: Path, config: Path | None) -> None:
+    """What was frozen where, the model contract it states, and the resolution it can offer."""
     typer.echo(f"froze {spec.name} v{spec.version}: {spec.num_rows} rows -> {dest}")
     listed = f": {', '.join(spec.inputs.columns)}" if spec.inputs.columns else ""
     typer.echo(f"model input: {spec.inputs.contract()}{listed}")
