@@ -401,10 +401,24 @@ def weekly_markdown(
     CIs, lineage, cost, data validation and drift, and (given ``bill``) each line's lifetime bill.
     ``scope`` (a partial run's :func:`run_scope`) follows the headline.
     """
+    lines = _headline_and_gate(report, bindings, scope)
+    lines += ["### Metrics", "", *_metrics_section(evaluations, metrics)]
+    lines += ["", "### Lineage and cost", "", *_lineage_table(evaluations)]
+    lines += ["", "### Data validation", "", *_validation_table(validations)]
+    if drifts:
+        lines += ["", "### Live-data drift", "", *_drift_table(drifts)]
+    lines += _bill_section(evaluations, bill)
+    return "\n".join(lines) + "\n"
+
+
+def _headline_and_gate(
+    report: GateReport, bindings: Mapping[str, str] | None, scope: str | None
+) -> list[str]:
+    """The heading, headline, scope and summary; the model lines; the gate's full table."""
     details = gate_markdown(report, include_slices=False).rstrip().splitlines()
     if details and details[0].startswith("#"):  # its heading: this report has its own
         details = details[1:]
-    lines = [
+    return [
         f"## evalsentry {report.week} — {VERDICT_MARK[report.verdict]}",
         "",
         f"**{report.headline()}**",
@@ -425,9 +439,13 @@ def weekly_markdown(
         "### Gate details",
         *details,
         "",
-        "### Metrics",
-        "",
     ]
+
+
+def _metrics_section(
+    evaluations: Sequence[Mapping[str, Any]], metrics: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """Each evaluation's metrics over the whole evalset (no slice), with their CIs."""
     by_eval = {e["evaluation_id"]: e for e in evaluations}
     rows = [
         [
@@ -446,13 +464,16 @@ def weekly_markdown(
         for m in metrics
         if not m["slice"] and m["evaluation_id"] in by_eval
     ]
-    lines += (
+    return (
         _table(["checkpoint", "stage", "evalset", "metric", "value", "95% CI", "n"], rows)
         if rows
         else ["No metrics."]
     )
-    lines += ["", "### Lineage and cost", ""]
-    lines += _table(
+
+
+def _lineage_table(evaluations: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each evaluation's status, where its checkpoint came from, and what evaluating it cost."""
+    return _table(
         [
             "checkpoint",
             "status",
@@ -483,8 +504,11 @@ def weekly_markdown(
             for e in evaluations
         ],
     )
-    lines += ["", "### Data validation", ""]
-    lines += _table(
+
+
+def _validation_table(validations: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each evalset's data validation: its result, and how many expectations ran and failed."""
+    return _table(
         ["evalset", "result", "expectations", "failed"],
         [
             [
@@ -496,26 +520,32 @@ def weekly_markdown(
             for name, v in validations.items()
         ],
     )
-    if drifts:
-        lines += ["", "### Live-data drift", ""]
-        lines += _table(
-            ["evalset", "feature", "model", "PSI", "p (BH)", "verdict"],
+
+
+def _drift_table(drifts: Sequence[Any]) -> list[str]:
+    """Each drift check: the feature, its PSI and adjusted p, and the verdict with its reason."""
+    return _table(
+        ["evalset", "feature", "model", "PSI", "p (BH)", "verdict"],
+        [
             [
-                [
-                    d.evalset,
-                    d.feature,
-                    d.model or "",
-                    _fmt(_finite(d.psi), ".3f"),
-                    _fmt(_finite(d.p_adjusted), ".2g"),
-                    f"{d.verdict}" + (f": {d.reason}" if getattr(d, "reason", "") else ""),
-                ]
-                for d in drifts
-            ],
-        )
+                d.evalset,
+                d.feature,
+                d.model or "",
+                _fmt(_finite(d.psi), ".3f"),
+                _fmt(_finite(d.p_adjusted), ".2g"),
+                f"{d.verdict}" + (f": {d.reason}" if getattr(d, "reason", "") else ""),
+            ]
+            for d in drifts
+        ],
+    )
+
+
+def _bill_section(evaluations: Sequence[Mapping[str, Any]], bill: Lifetime | None) -> list[str]:
+    """The week's bill; then, given a bill with lines, each line's lifetime bill to date."""
     total = sum(e.get("cost") or 0.0 for e in evaluations)
     energy = sum(e.get("energy_kwh") or 0.0 for e in evaluations)
     currency = next((e.get("currency") for e in evaluations if e.get("currency")), "")
-    lines += [
+    lines = [
         "",
         f"**This week's bill:** {units.money(total, currency)}, {units.energy(energy)}.",
         "",
@@ -524,4 +554,4 @@ def weekly_markdown(
         lines += ["### Lifetime bill to date", "", *_table(*lifetime_table(bill.lines)), ""]
         lines += [f"- {line.in_words()}" for line in bill.lines]
         lines += [f"- note: {note}" for note in bill.notes] + [""]
-    return "\n".join(lines) + "\n"
+    return lines
