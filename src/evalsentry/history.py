@@ -487,9 +487,6 @@ class History:
             HistoryError: naming the file that stops it; every file is then kept as it was.
 
         """
-        import pyarrow.compute as pc
-        import pyarrow.dataset as ds
-
         if table_name not in SCHEMAS:
             raise HistoryError(
                 f"cannot compact {table_name!r}: use {EVALUATIONS}, {METRICS}, {COMPARISONS} or {DRIFT}"
@@ -506,6 +503,20 @@ class History:
                 raise HistoryError(f"{exc}; the table was not compacted") from None
         schema = SCHEMAS[table_name]
         rows = self._rows_to_compact(files, schema)
+        table = self._merged(files, folder, schema)
+        target, data = self._write_merged(folder, table, rows)
+        # The ledger says it first: the merged file is published, the small ones removed. A
+        # crash after it leaves files no reader looks at; before it, the small ones stay live.
+        self._commit([self.ledger.published(target, data)], "compact", removed=files)
+        self._remove_merged(files)
+        log.info("compacted %s: %d files, %d rows", table_name, len(files), len(table))
+        return len(files), len(table)
+
+    def _merged(self, files: Sequence[str], folder: str, schema: pa.Schema) -> pa.Table:
+        """The rows of ``files`` as one table, sorted for pruning; none from a newer evalsentry."""
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
         try:
             table = ds.dataset(
                 files, format="parquet", filesystem=self.fs, schema=schema
@@ -522,7 +533,14 @@ class History:
         # Sorted by evaluation id, each row group covers a narrow id range, so the gate's
         # `evaluation_id in (...)` filter skips nearly every row group by its statistics.
         order = "evaluation_id" if "evaluation_id" in table.column_names else "week"
-        table = table.sort_by([(order, "ascending")])
+        return table.sort_by([(order, "ascending")])
+
+    def _write_merged(self, folder: str, table: pa.Table, rows: int) -> tuple[str, bytes]:
+        """Write the merged file beside the small ones; return its path and bytes.
+
+        Its row count is checked against ``rows`` (the small files'): a merged file that lacks
+        any is removed again, and the small ones are kept.
+        """
         buffer = io.BytesIO()
         pq.write_table(table, buffer, compression="zstd", row_group_size=COMPACT_ROW_GROUP)
         target = join(folder, unique_name("compact", ".parquet"))
@@ -541,12 +559,7 @@ class History:
                 f"{self._where(folder)}: the merged file holds {written} rows, the files {rows}; "
                 "the table was not compacted, each of its files is kept"
             )
-        # The ledger says it first: the merged file is published, the small ones removed. A
-        # crash after it leaves files no reader looks at; before it, the small ones stay live.
-        self._commit([self.ledger.published(target, data)], "compact", removed=files)
-        self._remove_merged(files)
-        log.info("compacted %s: %d files, %d rows", table_name, len(files), len(table))
-        return len(files), len(table)
+        return target, data
 
     def _rows_to_compact(self, files: Sequence[str], schema: pa.Schema) -> int:
         """The rows in ``files``, after checking each one's footer and columns."""
