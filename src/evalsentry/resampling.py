@@ -189,57 +189,100 @@ def swap_values(
     """
     if n_swaps < 0:
         raise ValueError(f"n_swaps must be >= 0, got {n_swaps}")
+    n, stacked = _stacked(metrics, ref_columns, cur_columns)
+    terms, spans = _term_matrix(metrics, stacked, num_classes, n)
+    moves = _moves(terms, n)
+    selections = [np.ones(n, bool) if mask is None else np.asarray(mask, bool) for mask in masks]
+    results = [
+        _unswapped(metrics, spans, terms, select, moves[0], n_swaps) for select in selections
+    ]
+    if moves[0].size and n_swaps:
+        _fill_swapped(results, metrics, spans, moves, terms.width, n_swaps, seed)
+    return [SwapValues(m.reference, m.current, m.size) for m in results]
+
+
+def _stacked(
+    metrics: Sequence[Metric], ref_columns: Columns, cur_columns: Columns
+) -> tuple[int, dict[str, NDArray[Any]]]:
+    """The number of pairs, and each needed column: the reference's rows, then the current's."""
     names = sorted({name for metric in metrics for name in metric.required_columns})
     for columns in (ref_columns, cur_columns):
         missing = [name for name in names if name not in columns]
         if missing:
             raise ValueError(f"Metrics {[m.name for m in metrics]} need columns {missing}")
     n = _check_pairs(ref_columns, cur_columns, names)
-    stacked = {
+    return n, {
         name: np.concatenate([np.asarray(ref_columns[name]), np.asarray(cur_columns[name])])
         for name in names
     }
-    terms, spans = _term_matrix(metrics, stacked, num_classes, n)
-    changed, move_cols, move_weights = _moves(terms, n)
-    width = terms.width
-    selections = [np.ones(n, bool) if mask is None else np.asarray(mask, bool) for mask in masks]
-    results = []
-    for select in selections:
-        size = int(select.sum())
-        weights = select.astype(np.float64)
-        base_ref = terms.sums(weights, slice(0, n))
-        base_cur = terms.sums(weights, slice(n, 2 * n))
-        ref_values = np.empty((n_swaps + 1, len(metrics)))
-        cur_values = np.empty((n_swaps + 1, len(metrics)))
-        ref_values[:] = _reduce(metrics, spans, base_ref[None, :], size)
-        cur_values[:] = _reduce(metrics, spans, base_cur[None, :], size)
-        inside = select[changed]
-        results.append((inside, base_ref, base_cur, size, ref_values, cur_values))
-    if changed.size and n_swaps:
-        rng = np.random.default_rng(seed)
-        block = max(1, _BLOCK_CELLS // max(changed.size, width))  # the same draws as ever
-        movers = {
-            id(inside): _moved_matrix(move_cols[inside], move_weights[inside], width)
-            for inside, *_ in results
-            if inside.any()
-        }
-        for begin in range(1, n_swaps + 1, block):
-            rows = min(block, n_swaps + 1 - begin)
-            # One random byte gives eight fair swap decisions.
-            packed = rng.integers(0, 256, size=(rows, -(-changed.size // 8)), dtype=np.uint8)
-            swaps = np.unpackbits(packed, axis=1, count=changed.size).astype(np.float64)
-            for inside, base_ref, base_cur, size, ref_values, cur_values in results:
-                if not inside.any():
-                    continue
-                moved = movers[id(inside)]
-                shift = np.asarray(swaps[:, inside] @ moved)
-                ref_values[begin : begin + rows] = _reduce(
-                    metrics, spans, base_ref[None, :] + shift, size
-                )
-                cur_values[begin : begin + rows] = _reduce(
-                    metrics, spans, base_cur[None, :] - shift, size
-                )
-    return [SwapValues(ref, cur, size) for _, _, _, size, ref, cur in results]
+
+
+@dataclass(frozen=True)
+class _Masked:
+    """One mask's share of the swaps: its unswapped sums and the value rows being filled."""
+
+    inside: BoolArray  # which of the changed examples the mask selects
+    base_ref: FloatArray
+    base_cur: FloatArray
+    size: int
+    reference: FloatArray
+    current: FloatArray
+
+
+def _unswapped(
+    metrics: Sequence[Metric],
+    spans: list[list[tuple[int, int]]],
+    terms: _Terms,
+    select: BoolArray,
+    changed: NDArray[np.intp],
+    n_swaps: int,
+) -> _Masked:
+    """A mask's term sums with nothing swapped, and its value rows, each set to the observed."""
+    n = len(select)
+    size = int(select.sum())
+    weights = select.astype(np.float64)
+    base_ref = terms.sums(weights, slice(0, n))
+    base_cur = terms.sums(weights, slice(n, 2 * n))
+    ref_values = np.empty((n_swaps + 1, len(metrics)))
+    cur_values = np.empty((n_swaps + 1, len(metrics)))
+    ref_values[:] = _reduce(metrics, spans, base_ref[None, :], size)
+    cur_values[:] = _reduce(metrics, spans, base_cur[None, :], size)
+    return _Masked(select[changed], base_ref, base_cur, size, ref_values, cur_values)
+
+
+def _fill_swapped(
+    results: Sequence[_Masked],
+    metrics: Sequence[Metric],
+    spans: list[list[tuple[int, int]]],
+    moves: tuple[NDArray[np.intp], NDArray[np.intp], FloatArray],
+    width: int,
+    n_swaps: int,
+    seed: int,
+) -> None:
+    """Fill rows 1..``n_swaps`` of every mask's values, drawing the swaps block by block."""
+    changed, move_cols, move_weights = moves
+    rng = np.random.default_rng(seed)
+    block = max(1, _BLOCK_CELLS // max(changed.size, width))  # the same draws as ever
+    movers = {
+        id(m.inside): _moved_matrix(move_cols[m.inside], move_weights[m.inside], width)
+        for m in results
+        if m.inside.any()
+    }
+    for begin in range(1, n_swaps + 1, block):
+        rows = min(block, n_swaps + 1 - begin)
+        # One random byte gives eight fair swap decisions.
+        packed = rng.integers(0, 256, size=(rows, -(-changed.size // 8)), dtype=np.uint8)
+        swaps = np.unpackbits(packed, axis=1, count=changed.size).astype(np.float64)
+        for m in results:
+            if not m.inside.any():
+                continue
+            shift = np.asarray(swaps[:, m.inside] @ movers[id(m.inside)])
+            m.reference[begin : begin + rows] = _reduce(
+                metrics, spans, m.base_ref[None, :] + shift, m.size
+            )
+            m.current[begin : begin + rows] = _reduce(
+                metrics, spans, m.base_cur[None, :] - shift, m.size
+            )
 
 
 def permutation_p_value(null_drops: FloatArray, observed: float) -> float:
