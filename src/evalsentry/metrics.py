@@ -487,16 +487,10 @@ def compute_metrics(
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    metrics = [get_metric(name) for name in names]
-    for metric in metrics:
-        if not metric.is_applicable(num_classes):
-            raise ValueError(f"Metric '{metric.name}' needs num_classes >= {metric.min_classes}")
+    metrics = _applicable(names, num_classes)
     needed = [name for metric in metrics for name in metric.required_columns]
     if mask is not None:
-        mask = np.asarray(mask)
-        if mask.dtype != np.bool_ or mask.shape != (_n_rows(columns, needed),):
-            raise ValueError(f"mask must be one boolean per row, got {mask.dtype} {mask.shape}")
-        columns = {name: np.asarray(columns[name])[mask] for name in set(needed) if name in columns}
+        columns = _masked(columns, needed, mask)
     n = _n_rows(columns, needed)
     draws = n_resamples if n >= _MIN_BOOTSTRAP_N else 0
     points, samples = bootstrap_metric_values(
@@ -515,3 +509,20 @@ def compute_metrics(
         metric.name: MetricValue(float(points[i]), float(bounds[0, i]), float(bounds[1, i]), n)
         for i, metric in enumerate(metrics)
     }
+
+
+def _applicable(names: Sequence[str], num_classes: int | None) -> list[Metric]:
+    """The named metrics, each offered for ``num_classes``."""
+    metrics = [get_metric(name) for name in names]
+    for metric in metrics:
+        if not metric.is_applicable(num_classes):
+            raise ValueError(f"Metric '{metric.name}' needs num_classes >= {metric.min_classes}")
+    return metrics
+
+
+def _masked(columns: Columns, needed: Sequence[str], mask: BoolArray) -> Columns:
+    """The needed columns' rows that ``mask`` (one boolean per row) selects."""
+    mask = np.asarray(mask)
+    if mask.dtype != np.bool_ or mask.shape != (_n_rows(columns, needed),):
+        raise ValueError(f"mask must be one boolean per row, got {mask.dtype} {mask.shape}")
+    return {name: np.asarray(columns[name])[mask] for name in set(needed) if name in columns}
