@@ -18,6 +18,10 @@ raises, the forward is run once more with hooks on the shape-bearing layers (``L
 ``Conv``, ``Embedding``) to find the one that refused its input, and the failure becomes an
 ``InputMismatch`` naming that layer's expectation, what it got, and what the evalset gives.
 Nothing of this runs on a forward that succeeds.
+
+On CUDA the evalset is moved to the device once and kept there for every later checkpoint when it
+fits (else batches are copied from pinned host memory without blocking), and convolutional models
+run in ``channels_last``; a CUDA out-of-memory error halves the batch and retries (logged).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import logging
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -114,7 +118,12 @@ class Environment:
 
 @dataclass(frozen=True)
 class InferenceResult:
-    """Per-example outputs of one model on one evalset, with how long inference took."""
+    """Per-example outputs of one model on one evalset, with how long inference took.
+
+    For classification ``columns`` holds ``prediction``, ``loss`` (NLL of the target),
+    ``confidence`` (max probability) and ``target_rank``; for regression ``prediction`` and
+    ``loss`` (squared error).
+    """
 
     columns: dict[str, np.ndarray]
     environment: Environment
@@ -184,14 +193,7 @@ def run_inference(
     channels_last: bool | None = None,
     compile_model: bool = False,
 ) -> InferenceResult:
-    """Run ``model`` over every example of ``evalset``.
-
-    On CUDA the evalset is moved to the device once and kept there for every later checkpoint
-    when it fits (else batches are copied from pinned host memory without blocking), and
-    convolutional models run in ``channels_last``; a CUDA out-of-memory error halves the batch
-    and retries (logged). Classification yields ``prediction``,
-    ``loss`` (NLL of the target), ``confidence`` (max probability) and ``target_rank``;
-    regression yields ``prediction`` and ``loss`` (squared error).
+    """Run ``model`` over every example of ``evalset`` (on CUDA as the module docstring says).
 
     Args:
         model: the model, in eval mode.
@@ -215,20 +217,77 @@ def run_inference(
         raise UsageError(f"precision {precision!r}: use fp32 or bf16")
     device = resolve_device(device)
     target_device = torch.device(device)
-    on_cuda = target_device.type == "cuda"
     model = model.to(target_device).eval()
     inputs, targets = staged(evalset, target_device)
+    model, forward, channels_last = _prepared(
+        model, inputs, target_device, channels_last, compile_model
+    )
+    raw, seconds, batch_size, retries = _forward_all(
+        model,
+        forward,
+        inputs,
+        evalset.spec,
+        target_device,
+        batch_size=batch_size,
+        precision=precision,
+        channels_last=channels_last,
+        progress=progress,
+    )
+    return InferenceResult(
+        columns=_per_example(raw, targets.to(raw.device), evalset),
+        environment=describe_environment(device, precision),
+        inference_seconds=seconds,
+        batch_size=batch_size,
+        oom_retries=retries,
+    )
+
+
+def _prepared(
+    model: torch.nn.Module,
+    inputs: torch.Tensor,
+    device: torch.device,
+    channels_last: bool | None,
+    compile_model: bool,
+) -> tuple[torch.nn.Module, Callable[[torch.Tensor], Any], bool]:
+    """The model in its layout, the forward to run (compiled or not), whether channels-last.
+
+    By default channels-last on CUDA for 4-D inputs and models with 2-D convolutions.
+    """
+    import torch
+
     if channels_last is None:
         channels_last = (
-            on_cuda
+            device.type == "cuda"
             and inputs.dim() == 4
             and any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
         )
-    layout = torch.channels_last if channels_last else torch.contiguous_format
     if channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch accepts it; its stubs omit it
     # A failing first batch is diagnosed on ``model`` itself: hooks, no compiled graph.
     forward = torch.compile(model) if compile_model else model
+    return model, forward, channels_last
+
+
+def _forward_all(
+    model: torch.nn.Module,
+    forward: Callable[[torch.Tensor], Any],
+    inputs: torch.Tensor,
+    spec: EvalsetSpec,
+    device: torch.device,
+    *,
+    batch_size: int,
+    precision: Precision,
+    channels_last: bool,
+    progress: ProgressFn | None,
+) -> tuple[torch.Tensor, float, int, int]:
+    """Every example's output, the seconds it took, the batch size reached, and the retries.
+
+    Batch by batch; a CUDA out-of-memory error halves the batch and retries it; any other
+    error in the first batch is diagnosed on ``model`` (see :func:`_diagnose`).
+    """
+    import torch
+
+    on_cuda = device.type == "cuda"
     total = len(inputs)
     outputs: list[torch.Tensor] = []
     retries, start, done = 0, time.perf_counter(), 0
@@ -236,33 +295,22 @@ def run_inference(
         while done < total:
             # A copy of its own for every forward: a model that edits its input in place
             # (x.div_(16)) changes nothing another checkpoint will see.
-            batch = inputs[done : done + batch_size].to(
-                target_device, non_blocking=on_cuda, copy=True
-            )
+            batch = inputs[done : done + batch_size].to(device, non_blocking=on_cuda, copy=True)
             if channels_last:
-                batch = batch.contiguous(memory_format=layout)
+                batch = batch.contiguous(memory_format=torch.channels_last)
             try:
-                with torch.autocast(
-                    target_device.type, dtype=torch.bfloat16, enabled=precision == "bf16"
-                ):
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
                     out = forward(batch)
             except torch.OutOfMemoryError:
                 if batch_size == 1:
                     raise
-                batch_size = max(1, batch_size // 2)
+                batch_size = _halved(batch_size, done, on_cuda)
                 retries += 1
-                log.warning(
-                    "CUDA out of memory at example %d; retrying with batch size %d",
-                    done,
-                    batch_size,
-                )
-                if on_cuda:
-                    torch.cuda.empty_cache()
                 continue
             except Exception as exc:  # whatever a model raises is its own failure, named
-                mismatch = _diagnose(model, batch, evalset.spec) if done == 0 else None
+                mismatch = _diagnose(model, batch, spec) if done == 0 else None
                 raise (mismatch or ForwardRaised(exc, done)) from exc
-            check_output(out, len(batch), evalset.spec)
+            check_output(out, len(batch), spec)
             outputs.append(out.float())
             done += len(batch)
             if progress is not None:
@@ -270,15 +318,22 @@ def run_inference(
         raw = torch.cat(outputs) if outputs else torch.empty(0)
         if on_cuda:
             torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    columns = _per_example(raw, targets.to(raw.device), evalset)
-    return InferenceResult(
-        columns=columns,
-        environment=describe_environment(device, precision),
-        inference_seconds=seconds,
-        batch_size=batch_size,
-        oom_retries=retries,
+    return raw, time.perf_counter() - start, batch_size, retries
+
+
+def _halved(batch_size: int, done: int, on_cuda: bool) -> int:
+    """The batch size to retry with after CUDA ran out of memory at example ``done``."""
+    import torch
+
+    batch_size = max(1, batch_size // 2)
+    log.warning(
+        "CUDA out of memory at example %d; retrying with batch size %d",
+        done,
+        batch_size,
     )
+    if on_cuda:
+        torch.cuda.empty_cache()
+    return batch_size
 
 
 def check_output(out: object, rows: int, spec: EvalsetSpec) -> None:
@@ -395,37 +450,15 @@ def _diagnose(
     left is where it raised; if it raised outside any of them (a ``view`` in ``forward``), the
     first layer is checked against the batch, flattened or not. None: no layer to blame.
     """
-    import torch
     from torch import nn
 
     kinds = (nn.Linear, nn.modules.conv._ConvNd, nn.Embedding)
     layers = [(name, m) for name, m in model.named_modules() if isinstance(m, kinds)]
     if not layers:
         return None
-    open_calls: list[tuple[str, nn.Module, torch.Tensor]] = []
-
-    def enter(name: str) -> Any:
-        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
-            if args and isinstance(args[0], torch.Tensor):
-                open_calls.append((name, module, args[0]))
-
-        return hook
-
-    def leave(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        if open_calls and open_calls[-1][1] is module:
-            open_calls.pop()
-
-    handles = [m.register_forward_pre_hook(enter(name)) for name, m in layers]
-    handles += [m.register_forward_hook(leave) for _, m in layers]
-    try:
-        model(batch)
-    except Exception:  # noqa: BLE001, S110 - the failure is known; only where it happened is sought
-        pass
-    else:
+    open_calls = _open_when_raised(model, batch, layers)
+    if open_calls is None:
         return None  # it ran this time: not a shape the model refuses
-    finally:
-        for handle in handles:
-            handle.remove()
     first_name, first = layers[0]
     gives = f"the evalset {spec.name!r} gives {spec.inputs.contract()}"
     if open_calls:
@@ -452,6 +485,44 @@ def _diagnose(
         gives,
         first=True,
     )
+
+
+def _open_when_raised(
+    model: torch.nn.Module, batch: torch.Tensor, layers: Sequence[tuple[str, torch.nn.Module]]
+) -> list[tuple[str, torch.nn.Module, torch.Tensor]] | None:
+    """The layer calls the forward was inside when it raised; None if it ran this time.
+
+    Runs it again with hooks on ``layers``: each call entered and not left, innermost last,
+    with the input it got.
+    """
+    import torch
+    from torch import nn
+
+    open_calls: list[tuple[str, nn.Module, torch.Tensor]] = []
+
+    def enter(name: str) -> Any:
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            if args and isinstance(args[0], torch.Tensor):
+                open_calls.append((name, module, args[0]))
+
+        return hook
+
+    def leave(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        if open_calls and open_calls[-1][1] is module:
+            open_calls.pop()
+
+    handles = [m.register_forward_pre_hook(enter(name)) for name, m in layers]
+    handles += [m.register_forward_hook(leave) for _, m in layers]
+    try:
+        model(batch)
+    except Exception:  # noqa: BLE001, S110 - the failure is known; only where it happened is sought
+        pass
+    else:
+        return None
+    finally:
+        for handle in handles:
+            handle.remove()
+    return open_calls
 
 
 #: Share of free GPU memory an evalset may take to stay resident on the device.
