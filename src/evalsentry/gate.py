@@ -29,7 +29,7 @@ from evalsentry.weeks import latest_week
 if TYPE_CHECKING:
     import pandas as pd
 
-    from evalsentry.comparison import Family, Unit
+    from evalsentry.comparison import Decision, Family, Measurement, Unit
     from evalsentry.drift import DriftResult
 
 __all__ = [
@@ -189,8 +189,6 @@ def compare(
     and each slice) and decides with the family correction; a metric recorded on one side only
     is an ERROR, as is a comparison without pairs.
     """
-    from evalsentry.comparison import decide, measure
-
     ref_fields = {
         "reference_evaluation_id": reference["evaluation_id"],
         "reference_week": reference["week"],
@@ -205,6 +203,39 @@ def compare(
     units = _units(pairs.current, policy)
     ids = (reference["evaluation_id"], current["evaluation_id"])
 
+    decided = _measured_and_decided(pairs, ids, metrics, units, policy, num_classes)
+    out = []
+    for metric in metrics:
+        for unit in units:
+            fields = {**ref_fields, "gating": gating and unit.family == "gate"}
+            if (metric, unit.name) not in decided:
+                out.append(
+                    _error(
+                        current,
+                        reference_kind,
+                        "not comparable: metric missing",
+                        metric=metric,
+                        slice=unit.name,
+                        **fields,
+                    )
+                )
+                continue
+            m, decision = decided[metric, unit.name]
+            out.append(_comparison(current, reference_kind, m, decision, fields))
+    return _flag_nondeterminism(out, current, reference, pairs.current, pairs.reference)
+
+
+def _measured_and_decided(
+    pairs: Pairs,
+    ids: tuple[Any, Any],
+    metrics: Sequence[str],
+    units: Sequence[Unit],
+    policy: GatePolicy,
+    num_classes: int | None,
+) -> dict[tuple[str, str], tuple[Measurement, Decision]]:
+    """Each (metric, unit) both evaluations recorded, measured and judged with its family."""
+    from evalsentry.comparison import decide, measure
+
     def recorded(metric: str, unit: str) -> bool:
         return all((i, metric, unit) in pairs.stored for i in ids)
 
@@ -215,53 +246,44 @@ def compare(
         else []
     )
     kept = [m for m in measured if recorded(m.metric, m.slice)]
-    decided = dict(zip(map(id, kept), decide(kept, policy), strict=True))
-    by_key = {(m.metric, m.slice): m for m in kept}
-    out = []
-    for metric in metrics:
-        for unit in units:
-            is_gating = gating and unit.family == "gate"
-            m = by_key.get((metric, unit.name))
-            if m is None:
-                out.append(
-                    _error(
-                        current,
-                        reference_kind,
-                        "not comparable: metric missing",
-                        metric=metric,
-                        slice=unit.name,
-                        **{**ref_fields, "gating": is_gating},
-                    )
-                )
-                continue
-            decision = decided[id(m)]
-            out.append(
-                Comparison(
-                    **_owner(current),
-                    reference=reference_kind,
-                    metric=metric,
-                    slice=unit.name,
-                    verdict=decision.verdict,
-                    reason=decision.reason,
-                    **{**ref_fields, "gating": is_gating},
-                    reference_value=m.reference_value,
-                    value=m.value,
-                    delta=m.value - m.reference_value,
-                    drop=m.drop,
-                    tolerance=m.tolerance,
-                    p_value=m.p_value,
-                    p_adjusted=decision.p_adjusted,
-                    method=m.method,
-                    newly_wrong=m.newly_wrong,
-                    newly_right=m.newly_right,
-                    n=m.n,
-                    drop_bound=m.bound if math.isfinite(m.bound) else None,
-                    detectable_drop=decision.detectable,
-                    flip_delta=m.flip_delta,
-                    inconclusive_kind=decision.kind,
-                )
-            )
-    return _flag_nondeterminism(out, current, reference, pairs.current, pairs.reference)
+    return {
+        (m.metric, m.slice): (m, decision)
+        for m, decision in zip(kept, decide(kept, policy), strict=True)
+    }
+
+
+def _comparison(
+    current: pd.Series,
+    reference_kind: Reference,
+    m: Measurement,
+    decision: Decision,
+    ref_fields: Mapping[str, Any],
+) -> Comparison:
+    """The row of one measured and judged metric on one unit."""
+    return Comparison(
+        **_owner(current),
+        reference=reference_kind,
+        metric=m.metric,
+        slice=m.slice,
+        verdict=decision.verdict,
+        reason=decision.reason,
+        **ref_fields,
+        reference_value=m.reference_value,
+        value=m.value,
+        delta=m.value - m.reference_value,
+        drop=m.drop,
+        tolerance=m.tolerance,
+        p_value=m.p_value,
+        p_adjusted=decision.p_adjusted,
+        method=m.method,
+        newly_wrong=m.newly_wrong,
+        newly_right=m.newly_right,
+        n=m.n,
+        drop_bound=m.bound if math.isfinite(m.bound) else None,
+        detectable_drop=decision.detectable,
+        flip_delta=m.flip_delta,
+        inconclusive_kind=decision.kind,
+    )
 
 
 def _flag_nondeterminism(
@@ -341,13 +363,7 @@ def gate_week(
     if models:
         frame = frame[frame["model"].isin(list(models))]
     if week is None:
-        week = latest_week(frame["week"]) or latest_week(
-            history.evaluations(kind=WEEKLY_RUN)["week"]
-        )
-        if week is None:
-            raise UsageError(
-                f"{history.root}: the history holds no weekly evaluation yet; run one first"
-            )
+        week = _latest_week(history, frame)
     comparisons: list[Comparison] = []
     this_week = frame[frame["week"] == week]
     drifts = week_drift(history, week, model or models, evalset)
@@ -376,43 +392,72 @@ def gate_week(
         its_candidates = candidates[
             (candidates["model"] == line_model) & (candidates["evalset"] == line_evalset)
         ]
-        current_rows = line[line["week"] == week]
-        earlier = line[line["week"] < week]
-        if current_rows.empty:
-            # No production result this week (archived, or it failed): the line's candidates
-            # are its result, gated against its last production result and its baseline.
-            for _, candidate in its_candidates.iterrows():
-                comparisons += _against_line(history, candidate, earlier, policy, evalsets_dir)
-            continue
-        current = current_rows.iloc[-1]
-        names, num_classes = _spec_for(current, evalsets_dir)
-        if earlier.empty:
-            comparisons.append(_baseline_marker(current))
-            continue
-        previous = earlier.iloc[-1]
-        comparisons += compare(
-            history, current, previous, Reference.PREVIOUS_WEEK, policy, names, num_classes
-        )
-        baseline = _baseline_row(history, line, current)
-        if isinstance(baseline, Comparison):
-            comparisons.append(baseline)
-        elif baseline is not None and baseline["week"] not in (previous["week"], week):
-            comparisons += compare(
-                history, current, baseline, Reference.BASELINE, policy, names, num_classes
-            )
-        for _, candidate in its_candidates.iterrows():
-            comparisons += compare(
-                history,
-                candidate,
-                current,
-                Reference.PRODUCTION,
-                policy,
-                names,
-                num_classes,
-                gating=False,
-            )
+        comparisons += _gate_line(history, week, line, its_candidates, policy, evalsets_dir)
     comparisons += _stored_timing(history, production[production["week"] == week])
     return GateReport(week, comparisons, policy.strict, drifts, fails)
+
+
+def _latest_week(history: History, frame: pd.DataFrame) -> str:
+    """The latest week of ``frame``'s evaluations, else of any weekly evaluation."""
+    week = latest_week(frame["week"]) or latest_week(history.evaluations(kind=WEEKLY_RUN)["week"])
+    if week is None:
+        raise UsageError(
+            f"{history.root}: the history holds no weekly evaluation yet; run one first"
+        )
+    return week
+
+
+def _gate_line(
+    history: History,
+    week: str,
+    line: pd.DataFrame,
+    candidates: pd.DataFrame,
+    policy: GatePolicy,
+    evalsets_dir: str | None,
+) -> list[Comparison]:
+    """One model line's comparisons of ``week``.
+
+    Its production result against the previous week and the baseline (its first week: marked
+    as the baseline), and its candidates against that result; with no production result this
+    week, its candidates against the line.
+    """
+    current_rows = line[line["week"] == week]
+    earlier = line[line["week"] < week]
+    if current_rows.empty:
+        # No production result this week (archived, or it failed): the line's candidates
+        # are its result, gated against its last production result and its baseline.
+        return [
+            comparison
+            for _, candidate in candidates.iterrows()
+            for comparison in _against_line(history, candidate, earlier, policy, evalsets_dir)
+        ]
+    current = current_rows.iloc[-1]
+    names, num_classes = _spec_for(current, evalsets_dir)
+    if earlier.empty:
+        return [_baseline_marker(current)]
+    previous = earlier.iloc[-1]
+    comparisons = compare(
+        history, current, previous, Reference.PREVIOUS_WEEK, policy, names, num_classes
+    )
+    baseline = _baseline_row(history, line, current)
+    if isinstance(baseline, Comparison):
+        comparisons.append(baseline)
+    elif baseline is not None and baseline["week"] not in (previous["week"], week):
+        comparisons += compare(
+            history, current, baseline, Reference.BASELINE, policy, names, num_classes
+        )
+    for _, candidate in candidates.iterrows():
+        comparisons += compare(
+            history,
+            candidate,
+            current,
+            Reference.PRODUCTION,
+            policy,
+            names,
+            num_classes,
+            gating=False,
+        )
+    return comparisons
 
 
 def week_drift(
