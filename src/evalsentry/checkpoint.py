@@ -132,7 +132,7 @@ def save_checkpoint(
     repo: str | os.PathLike[str] | None = None,
     training: TrainingRun | Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write ``{model_state_dict, optimizer_state_dict?, metrics, lineage}`` atomically.
+    """Write ``{model_state_dict, optimizer_state_dict?, metrics, lineage}`` atomically: the path.
 
     The factory (default: the model's own class) is called with ``factory_kwargs`` and must
     accept the weights strictly, so a checkpoint that could not be rebuilt fails now, not at
@@ -140,40 +140,27 @@ def save_checkpoint(
     ``trusted_factories`` is not consulted here; it is at registration and evaluation.
 
     Args:
-        model: the trained model.
         path: where to write; the folder is created.
         metrics: training/validation metrics worth keeping with the weights.
         config: hyperparameters (JSON-safe).
-        seed: the random seed of the run.
         data: training data (manifest file, list of files, or folder) to hash.
         optimizer: its state is saved when given.
         factory: ``package.module:callable`` that rebuilds the architecture.
-        factory_kwargs: keyword arguments for the factory.
-        git_sha: the code commit; by default read from git in ``repo`` (or the cwd).
-        repo: the repository the training code runs in.
+        git_sha: the code commit; by default read from git in ``repo`` (the training code's
+            repository; default: the cwd).
         training: what training cost: the run ``evalsentry.track_training`` yielded (after its
             block), or a mapping of the same fields; recorded as ``lineage["training_cost"]``.
-
-    Returns:
-        The path written.
 
     Raises:
         BadTrainingData: ``data`` names no training data.
         BadTrainingCost: ``training`` is an open run, or a field is missing or implausible.
-
     """
     import torch
 
     training_files(data)  # refuse missing or empty training data before building anything
-    cost = None
-    if training is not None:
-        from evalsentry.training import training_cost
-
-        cost = training_cost(training)
+    cost = _training_cost(training)
     factory = factory or _infer_factory(model)
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    rebuilt = _call_factory(import_factory(factory), factory, factory_kwargs)
-    _load_strict(rebuilt, state, path)
+    state = _rebuildable_state(model, factory, factory_kwargs, path)
     lineage = build_lineage(
         config=config,
         seed=seed,
@@ -187,6 +174,41 @@ def save_checkpoint(
     )
     if cost is not None:
         lineage["training_cost"] = cost
+    return _write_payload(path, state, metrics, lineage, optimizer)
+
+
+def _training_cost(training: TrainingRun | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What training cost, checked, to record in the lineage; None when not given."""
+    if training is None:
+        return None
+    from evalsentry.training import training_cost
+
+    return training_cost(training)
+
+
+def _rebuildable_state(
+    model: torch.nn.Module,
+    factory: str,
+    factory_kwargs: Mapping[str, Any] | None,
+    path: str | os.PathLike[str],
+) -> dict[str, torch.Tensor]:
+    """The model's weights on the CPU, once the factory's model has accepted them strictly."""
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    rebuilt = _call_factory(import_factory(factory), factory, factory_kwargs)
+    _load_strict(rebuilt, state, path)
+    return state
+
+
+def _write_payload(
+    path: str | os.PathLike[str],
+    state: dict[str, torch.Tensor],
+    metrics: Mapping[str, float],
+    lineage: dict[str, Any],
+    optimizer: torch.optim.Optimizer | None,
+) -> Path:
+    """Save the checkpoint's payload to ``path`` in one atomic write; return the path."""
+    import torch
+
     payload: dict[str, Any] = {
         "model_state_dict": state,
         "metrics": {str(k): float(v) for k, v in metrics.items()},
@@ -405,6 +427,37 @@ def load_checkpoint(
         payload = read_payload(
             file, map_location, max_bytes=trust.max_checkpoint_bytes, source=source
         )
+    model, completed = _built_model(
+        file,
+        payload,
+        trust=trust,
+        expected_sha256=expected_sha256,
+        factory=factory,
+        factory_kwargs=factory_kwargs,
+        lineage=lineage,
+    )
+    _load_strict(model, payload[_STATE_KEY], file)
+    model.eval()
+    return LoadedCheckpoint(
+        model, completed, _metrics(file, payload.get("metrics")), sha, str(file)
+    )
+
+
+def _built_model(
+    file: Path,
+    payload: Mapping[str, Any],
+    *,
+    trust: Trust,
+    expected_sha256: str | None,
+    factory: str | None,
+    factory_kwargs: Mapping[str, Any] | None,
+    lineage: Mapping[str, Any] | None,
+) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """The model the checkpoint's lineage (or the one given beside it) builds, and the lineage.
+
+    A file without either builds the pinned ``factory`` if ``expected_sha256`` is pinned too,
+    with an empty lineage (the registry entry's is recorded); see :func:`load_checkpoint`.
+    """
     recorded = payload.get("lineage")
     if recorded is not None and lineage is not None:
         raise CheckpointError(
@@ -416,17 +469,10 @@ def load_checkpoint(
         if factory is None or expected_sha256 is None:
             raise NoLineage(file, _layout(payload))
         # A registered file (sha256 and factory pinned): its lineage is the registry entry's.
-        model = build_model(factory, factory_kwargs, trust=trust)
-        completed: dict[str, Any] = {}
-    else:
-        completed = complete_lineage(file, recorded or lineage, factory, factory_kwargs)
-        spec = completed["model"]
-        model = build_model(spec["factory"], spec["kwargs"], trust=trust)
-    _load_strict(model, payload[_STATE_KEY], file)
-    model.eval()
-    return LoadedCheckpoint(
-        model, completed, _metrics(file, payload.get("metrics")), sha, str(file)
-    )
+        return build_model(factory, factory_kwargs, trust=trust), {}
+    completed = complete_lineage(file, recorded or lineage, factory, factory_kwargs)
+    spec = completed["model"]
+    return build_model(spec["factory"], spec["kwargs"], trust=trust), completed
 
 
 def _layout(payload: Mapping[str, Any]) -> str:
