@@ -30,7 +30,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
-from evalsentry.checkpoint import load_checkpoint
+from evalsentry.checkpoint import LoadedCheckpoint, load_checkpoint
 from evalsentry.config import config_error
 from evalsentry.errors import (
     CheckpointChanged,
@@ -253,6 +253,16 @@ class Registry:
         )
         if not allow_nonfinite:
             check_finite_weights(file, loaded.model)
+        return self._claim(file, model, loaded, stage=stage, copy=copy)
+
+    def _claim(
+        self, file: Path, model: str, loaded: LoadedCheckpoint, *, stage: str, copy: bool
+    ) -> Registration:
+        """Write the entry under the model's next free version (copying the file in if asked).
+
+        Concurrent writers each claim their own version; a file registered twice at once keeps
+        its lowest version only.
+        """
         recorded, sha, size = loaded.lineage, loaded.sha256, file.stat().st_size
         for _ in range(_MAX_CLAIM_ATTEMPTS):
             version = self._next_version(model)
