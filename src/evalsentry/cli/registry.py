@@ -21,7 +21,7 @@ from evalsentry.errors import UsageError
 
 if TYPE_CHECKING:
     from evalsentry.config import Config
-    from evalsentry.registry import RegistryEntry
+    from evalsentry.registry import Registration, RegistryEntry
 
 
 @app.command()
@@ -74,24 +74,49 @@ def register(
     A file already registered for the model is not registered again. The first version of a
     model line needs --new-model.
     """
-    from evalsentry.history import History
-    from evalsentry.lineage import read_lineage_file
     from evalsentry.names import check_name
-    from evalsentry.pipeline import check_model_line
-    from evalsentry.registry import Registry
 
     check_name("model", model)
+    kwargs = _factory_kwargs(factory, factory_kwargs)
+    done = _add_checkpoint(
+        checkpoint, model, stage, factory, kwargs, copy, new_model, allow_nonfinite, lineage, config
+    )
+    _print_registered(done, stage, factory, kwargs)
+
+
+def _factory_kwargs(factory: str | None, factory_kwargs: str | None) -> dict[str, Any] | None:
+    """The ``--factory-kwargs`` JSON, refused without the ``--factory`` it is for."""
     if factory_kwargs is not None and factory is None:
         raise UsageError(
             "--factory-kwargs: given without --factory, it would be ignored; pass both "
             "(the kwargs are those of --factory)"
         )
-    kwargs = _json_arg(factory_kwargs, "--factory-kwargs")
+    return _json_arg(factory_kwargs, "--factory-kwargs")
+
+
+def _add_checkpoint(
+    checkpoint: Path,
+    model: str,
+    stage: str,
+    factory: str | None,
+    kwargs: dict[str, Any] | None,
+    copy: bool,
+    new_model: bool,
+    allow_nonfinite: bool,
+    lineage: Path | None,
+    config: Path | None,
+) -> Registration:
+    """Add the checkpoint to the registry, once its model line is known (or ``new_model``)."""
+    from evalsentry.history import History
+    from evalsentry.lineage import read_lineage_file
+    from evalsentry.pipeline import check_model_line
+    from evalsentry.registry import Registry
+
     settings = _config(config)
     registry = Registry(settings.registry_url)
     if not new_model:
         check_model_line(model, registry, History(settings.store_url))
-    done = registry.add(
+    return registry.add(
         checkpoint,
         model,
         trust=settings.trust,
@@ -102,6 +127,12 @@ def register(
         lineage=read_lineage_file(lineage) if lineage is not None else None,
         allow_nonfinite=allow_nonfinite,
     )
+
+
+def _print_registered(
+    done: Registration, stage: str, factory: str | None, kwargs: dict[str, Any] | None
+) -> None:
+    """Say what was registered, or (see :func:`_already`) that the file already was."""
     entry = done.entry
     if not done.new:
         _already(entry, stage, factory, kwargs)
