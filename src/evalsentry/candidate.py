@@ -184,9 +184,7 @@ def evaluate_candidate(
         CandidateNotEvaluated: The candidate failed on an evalset (its error row is recorded).
 
     """
-    from evalsentry.cost import CostMeter
-    from evalsentry.gate import GateReport, failed_verdict
-    from evalsentry.names import CANDIDATE_CHECK
+    from evalsentry.gate import GateReport
     from evalsentry.pipeline import new_run_id
     from evalsentry.weeks import iso_week, now_utc
 
@@ -196,6 +194,34 @@ def evaluate_candidate(
         from evalsentry.isolation import prestart
 
         prestart()  # the library's inference runs in a child: torch loads meanwhile
+    outcomes, validations, comparisons = _evaluate_each(
+        checkpoint, model, names, settings, steps, run_id, week, device
+    )
+    report = GateReport(week, comparisons, strict or settings.gate.strict)
+    steps.record_verdicts([c.row(run_id, now_utc()) for c in report.comparisons if c.recorded])
+    return CandidateRun(week, run_id, report, outcomes, validations)
+
+
+def _evaluate_each(
+    checkpoint: str | Path,
+    model: str,
+    names: Sequence[str],
+    settings: Config,
+    steps: CandidateSteps,
+    run_id: str,
+    week: str,
+    device: str,
+) -> tuple[list[Outcome], dict[str, dict[str, Any]], list[Comparison]]:
+    """Check, evaluate and record the candidate on each evalset in turn, and gate each result.
+
+    Returns the outcomes, the validations and the comparisons. A failed evaluation stops it:
+    its ERROR verdict is recorded and :class:`CandidateNotEvaluated` raised.
+    """
+    from evalsentry.cost import CostMeter
+    from evalsentry.gate import failed_verdict
+    from evalsentry.names import CANDIDATE_CHECK
+    from evalsentry.weeks import now_utc
+
     meter = CostMeter()
     meter.start_in_background()  # its hardware probe overlaps importing torch, loading the data
     target = _candidate_target(model, Path(checkpoint), settings.registry_url)
@@ -225,6 +251,4 @@ def evaluate_candidate(
             comparisons += steps.gate(outcome.evaluation).comparisons
     finally:
         meter.close()
-    report = GateReport(week, comparisons, strict or settings.gate.strict)
-    steps.record_verdicts([c.row(run_id, now_utc()) for c in report.comparisons if c.recorded])
-    return CandidateRun(week, run_id, report, outcomes, validations)
+    return outcomes, validations, comparisons
