@@ -6,8 +6,8 @@ page (no network, no script), uploaded beside the JUnit file as the check's arti
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from evalsentry import units
 from evalsentry.flips import report_flips
@@ -54,7 +54,23 @@ def render_candidate(history: History, run: CandidateRun, report: GateReport) ->
         if report.comparisons
         else "<p>Nothing to compare yet.</p>",
     ]
+    body += _flips_section(history, report)
+    body += ["<h2>Metrics</h2>", _metrics_table(run)]
+    body += ["<h2>Lineage and cost</h2>", _lineage_table(evaluations)]
+    body += ["<h2>Data validation</h2>", _validation_table(run)]
+    title = f"evalsentry candidate {first.get('model', '')}: {verdict}"
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
+        + "".join(body)
+        + "</body></html>\n"
+    )
+
+
+def _flips_section(history: History, report: GateReport) -> list[str]:
+    """The examples each compared metric saw flip, newly wrong and newly right; none: nothing."""
     flips = report_flips(history, report.comparisons)
+    body = []
     if flips:
         body.append("<h2>Flipped examples</h2>")
         for f in flips:
@@ -68,64 +84,61 @@ def render_candidate(history: History, run: CandidateRun, report: GateReport) ->
                     ],
                 )
             )
+    return body
+
+
+def _metrics_table(run: CandidateRun) -> str:
+    """The candidate's metrics over each whole evalset (no slice), with their CIs."""
     metrics = [m for o in run.outcomes for m in o.metrics if not m.get("slice")]
-    body.append("<h2>Metrics</h2>")
-    body.append(
-        html_table(
-            ["evalset", "metric", "value", "95% CI", "n"],
+    return html_table(
+        ["evalset", "metric", "value", "95% CI", "n"],
+        [
             [
-                [
-                    m["evalset"],
-                    m["metric"],
-                    f"{m['value']:.4f}",
-                    f"[{m['ci_low']:.4f}, {m['ci_high']:.4f}]",
-                    m.get("n"),
-                ]
-                for m in metrics
-            ],
-        )
+                m["evalset"],
+                m["metric"],
+                f"{m['value']:.4f}",
+                f"[{m['ci_low']:.4f}, {m['ci_high']:.4f}]",
+                m.get("n"),
+            ]
+            for m in metrics
+        ],
     )
-    body.append("<h2>Lineage and cost</h2>")
-    body.append(
-        html_table(
-            LINEAGE_HEADERS,
+
+
+def _lineage_table(evaluations: Sequence[Mapping[str, Any]]) -> str:
+    """Each evaluation's status, where the checkpoint came from, and what evaluating it cost."""
+    return html_table(
+        LINEAGE_HEADERS,
+        [
             [
-                [
-                    e.get("evalset"),
-                    e["status"] if e.get("status") == "ok" else f"error: {e.get('error')}",
-                    str(e.get("git_sha") or "")[:10] + ("+dirty" if e.get("git_dirty") else ""),
-                    str(e.get("data_sha") or "")[:12],
-                    e.get("seed"),
-                    str(e.get("trained_at") or "")[:19],
-                    e.get("config_json"),
-                    e.get("device_name") or e.get("device") or "",
-                    units.duration(e.get("wall_s")),
-                    units.energy(e.get("energy_kwh")),
-                    units.money(e.get("cost"), e.get("currency")),
-                ]
-                for e in evaluations
-            ],
-        )
+                e.get("evalset"),
+                e["status"] if e.get("status") == "ok" else f"error: {e.get('error')}",
+                str(e.get("git_sha") or "")[:10] + ("+dirty" if e.get("git_dirty") else ""),
+                str(e.get("data_sha") or "")[:12],
+                e.get("seed"),
+                str(e.get("trained_at") or "")[:19],
+                e.get("config_json"),
+                e.get("device_name") or e.get("device") or "",
+                units.duration(e.get("wall_s")),
+                units.energy(e.get("energy_kwh")),
+                units.money(e.get("cost"), e.get("currency")),
+            ]
+            for e in evaluations
+        ],
     )
-    body.append("<h2>Data validation</h2>")
-    body.append(
-        html_table(
-            ["evalset", "result", "expectations", "failed"],
+
+
+def _validation_table(run: CandidateRun) -> str:
+    """Each evalset's data validation: its result, and how many expectations ran and failed."""
+    return html_table(
+        ["evalset", "result", "expectations", "failed"],
+        [
             [
-                [
-                    name,
-                    "passed" if v.get("success") else f"FAILED: {v.get('error', '')}",
-                    v.get("evaluated", ""),
-                    v.get("failed", ""),
-                ]
-                for name, v in run.validations.items()
-            ],
-        )
-    )
-    title = f"evalsentry candidate {first.get('model', '')}: {verdict}"
-    return (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
-        + "".join(body)
-        + "</body></html>\n"
+                name,
+                "passed" if v.get("success") else f"FAILED: {v.get('error', '')}",
+                v.get("evaluated", ""),
+                v.get("failed", ""),
+            ]
+            for name, v in run.validations.items()
+        ],
     )
