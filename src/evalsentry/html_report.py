@@ -27,6 +27,8 @@ from evalsentry.weeks import weeks_up_to
 if TYPE_CHECKING:
     import pandas as pd
 
+    from evalsentry.verdicts import Comparison
+
 VERDICT_COLOUR: dict[str, str] = {
     Verdict.PASS: "#2e7d32",
     Verdict.BASELINE: "#1565c0",
@@ -203,26 +205,7 @@ def _line_section(history: History, report: GateReport, line: pd.DataFrame, week
         '<div class="charts">',
     ]
     for metric in sorted(set(metrics["metric"])):
-        # Each week's dot is its worst gating verdict on the metric, against any reference:
-        # a FAIL against the baseline is never a green dot because last week's PASSed.
-        judged: list[tuple[str, str]] = []
-        if not stored.empty:
-            rows = stored[(stored["metric"] == metric) & (stored["slice"] == "") & stored["gating"]]
-            judged += list(zip(rows["week"], rows["verdict"], strict=True))
-        judged = [(w, v) for w, v in judged if w != week]
-        judged += [
-            (week, str(c.verdict))
-            for c in report.comparisons
-            if c.evaluation_id == current["evaluation_id"]
-            and c.metric == metric
-            and not c.slice
-            and c.gating
-        ]
-        verdicts: dict[str, str] = {}
-        for judged_week, verdict in judged:
-            worst = verdicts.get(judged_week)
-            if worst is None or SEVERITY[Verdict(verdict)] > SEVERITY[Verdict(worst)]:
-                verdicts[judged_week] = verdict
+        verdicts = _worst_verdicts(stored, report, current, metric, week)
         parts.append(
             f'<div class="chart">{trend_chart(line, metrics, metric, verdicts, baseline_week)}</div>'
         )
@@ -232,29 +215,61 @@ def _line_section(history: History, report: GateReport, line: pd.DataFrame, week
     ]
     if sliced:
         parts.append("<h3>Slices</h3>")
-        parts.append(
-            html_table(
-                ["metric", "slice", "reference", "was", "now", "delta", "p (family)", "verdict"],
-                [
-                    [
-                        c.metric,
-                        c.slice,
-                        c.reference,
-                        _num(c.reference_value),
-                        _num(c.value),
-                        _num(c.delta, "+.4f"),
-                        _num(c.p_adjusted, ".2g"),
-                        c.verdict,
-                    ]
-                    for c in sliced
-                ],
-            )
-        )
+        parts.append(_slices_table(sliced))
     flips = _flips(history, current, earlier.iloc[-1] if not earlier.empty else None)
     if flips:
         parts.append("<h3>Flips against the previous week</h3>")
         parts.append(html_table(["newly wrong", "examples", "newly right", "examples"], [flips]))
     return "".join(parts)
+
+
+def _worst_verdicts(
+    stored: pd.DataFrame, report: GateReport, current: pd.Series, metric: str, week: str
+) -> dict[str, str]:
+    """Each week's worst gating verdict on ``metric`` overall (``week``'s from ``report``).
+
+    Against any reference: a FAIL against the baseline is never a green dot because last
+    week's PASSed.
+    """
+    judged: list[tuple[str, str]] = []
+    if not stored.empty:
+        rows = stored[(stored["metric"] == metric) & (stored["slice"] == "") & stored["gating"]]
+        judged += list(zip(rows["week"], rows["verdict"], strict=True))
+    judged = [(w, v) for w, v in judged if w != week]
+    judged += [
+        (week, str(c.verdict))
+        for c in report.comparisons
+        if c.evaluation_id == current["evaluation_id"]
+        and c.metric == metric
+        and not c.slice
+        and c.gating
+    ]
+    verdicts: dict[str, str] = {}
+    for judged_week, verdict in judged:
+        worst = verdicts.get(judged_week)
+        if worst is None or SEVERITY[Verdict(verdict)] > SEVERITY[Verdict(worst)]:
+            verdicts[judged_week] = verdict
+    return verdicts
+
+
+def _slices_table(sliced: Sequence[Comparison]) -> str:
+    """The week's comparisons on slices: values, delta, family-adjusted p and verdict."""
+    return html_table(
+        ["metric", "slice", "reference", "was", "now", "delta", "p (family)", "verdict"],
+        [
+            [
+                c.metric,
+                c.slice,
+                c.reference,
+                _num(c.reference_value),
+                _num(c.value),
+                _num(c.delta, "+.4f"),
+                _num(c.p_adjusted, ".2g"),
+                c.verdict,
+            ]
+            for c in sliced
+        ],
+    )
 
 
 def _num(value: float | None, spec: str = ".4f") -> str:
@@ -321,13 +336,7 @@ def render_report(
     week = report.week
     evaluations = up_to(history.evaluations(kind=WEEKLY_RUN), week)
     this_week = evaluations[evaluations["week"] == week]
-    production = evaluations[
-        (evaluations["status"] == "ok") & (evaluations["stage"] == "production")
-    ]
-    sections = []
-    for _, line in production.groupby(["model", "evalset"]):
-        if (line["week"] == week).any():
-            sections.append(_line_section(history, report, line.sort_values("week"), week))
+    sections = _line_sections(history, report, evaluations)
     verdict = str(report.verdict)
     gating = [
         c
@@ -335,24 +344,6 @@ def render_report(
         if c.gating
         and c.verdict in (Verdict.FAIL, Verdict.ERROR, Verdict.INCONCLUSIVE, Verdict.WARN)
     ]
-    drift = history.drift([week])
-    validation_rows = []
-    for name, group in this_week.groupby("evalset"):
-        summary = (
-            json.loads(group["validation_json"].dropna().iloc[0])
-            if group["validation_json"].notna().any()
-            else {}
-        )
-        validation_rows.append(
-            [
-                name,
-                "passed" if summary.get("success") else "not recorded or failed",
-                summary.get("evaluated", ""),
-                summary.get("failed", ""),
-            ]
-        )
-    this_bill = this_week[["wall_s", "energy_kwh", "co2_kg", "cost"]].sum()
-    currency = this_week["currency"].dropna().iloc[0] if this_week["currency"].notna().any() else ""
     body = [
         f'<h1>evalsentry {esc(week)}: <span class="verdict" style="color:{VERDICT_COLOUR[verdict]}">{verdict}</span></h1>',
         f"<p><strong>{esc(report.headline())}</strong></p>",
@@ -367,55 +358,10 @@ def render_report(
             html_table(["model", "evaluated on"], [[m, b] for m, b in sorted(bindings.items())])
         )
     body += sections
-    body.append("<h2>Live-data drift</h2>")
-    body.append(
-        html_table(
-            ["evalset", "feature", "model", "PSI", "statistic", "p (BH)", "verdict"],
-            [
-                [
-                    r.evalset,
-                    r.feature,
-                    r.model if isinstance(r.model, str) else "",  # NaN where no model
-                    _num(r.psi, ".3f"),
-                    _num(r.statistic, ".3f"),
-                    _num(r.p_adjusted, ".2g"),
-                    r.verdict,
-                ]
-                for r in drift.itertuples()
-            ],
-        )
-        if not drift.empty
-        else "<p>No live sample configured for this week.</p>"
-    )
-    body.append("<h2>Lineage</h2>")
-    body.append(
-        html_table(
-            ["checkpoint", "stage", "status", "git", "data", "seed", "trained", "config"],
-            [
-                [
-                    f"{r['model']}@v{r['version']}",
-                    r["stage"],
-                    r["status"] if r["status"] == "ok" else f"error: {r['error']}",
-                    str(r["git_sha"] or "")[:10],
-                    str(r["data_sha"] or "")[:12],
-                    r["seed"],
-                    str(r["trained_at"] or "")[:19],
-                    r["config_json"],
-                ]
-                for r in records(this_week)
-            ],
-        )
-    )
-    body.append("<h2>Data validation</h2>")
-    body.append(html_table(["evalset", "result", "expectations", "failed"], validation_rows))
-    body.append("<h2>Cost</h2>")
-    body.append(
-        f"<p>This week: {esc(units.duration(this_bill['wall_s']))} of device time, "
-        f"{esc(units.energy(this_bill['energy_kwh']))}, {esc(units.carbon(this_bill['co2_kg']))}, "
-        f"{esc(units.money(this_bill['cost'], currency))}.</p>"
-    )
-    if not evaluations.empty:
-        body.append(f'<div class="chart">{cost_chart(evaluations)}</div>')
+    body += ["<h2>Live-data drift</h2>", _drift_table(history.drift([week]))]
+    body += ["<h2>Lineage</h2>", _lineage_table(this_week)]
+    body += ["<h2>Data validation</h2>", _validation_table(this_week)]
+    body += ["<h2>Cost</h2>", *_cost_section(evaluations, this_week)]
     body += _bill_section(bill)
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
@@ -423,3 +369,91 @@ def render_report(
         + "".join(body)
         + "</body></html>\n"
     )
+
+
+def _line_sections(history: History, report: GateReport, evaluations: pd.DataFrame) -> list[str]:
+    """A section for each production model line evaluated in the report's week."""
+    week = report.week
+    production = evaluations[
+        (evaluations["status"] == "ok") & (evaluations["stage"] == "production")
+    ]
+    sections = []
+    for _, line in production.groupby(["model", "evalset"]):
+        if (line["week"] == week).any():
+            sections.append(_line_section(history, report, line.sort_values("week"), week))
+    return sections
+
+
+def _drift_table(drift: pd.DataFrame) -> str:
+    """The week's live-data drift checks, or a note that none was configured."""
+    if drift.empty:
+        return "<p>No live sample configured for this week.</p>"
+    return html_table(
+        ["evalset", "feature", "model", "PSI", "statistic", "p (BH)", "verdict"],
+        [
+            [
+                r.evalset,
+                r.feature,
+                r.model if isinstance(r.model, str) else "",  # NaN where no model
+                _num(r.psi, ".3f"),
+                _num(r.statistic, ".3f"),
+                _num(r.p_adjusted, ".2g"),
+                r.verdict,
+            ]
+            for r in drift.itertuples()
+        ],
+    )
+
+
+def _lineage_table(this_week: pd.DataFrame) -> str:
+    """Where each of the week's checkpoints came from, and how its evaluation ended."""
+    return html_table(
+        ["checkpoint", "stage", "status", "git", "data", "seed", "trained", "config"],
+        [
+            [
+                f"{r['model']}@v{r['version']}",
+                r["stage"],
+                r["status"] if r["status"] == "ok" else f"error: {r['error']}",
+                str(r["git_sha"] or "")[:10],
+                str(r["data_sha"] or "")[:12],
+                r["seed"],
+                str(r["trained_at"] or "")[:19],
+                r["config_json"],
+            ]
+            for r in records(this_week)
+        ],
+    )
+
+
+def _validation_table(this_week: pd.DataFrame) -> str:
+    """Each evalset's recorded data validation this week."""
+    rows = []
+    for name, group in this_week.groupby("evalset"):
+        summary = (
+            json.loads(group["validation_json"].dropna().iloc[0])
+            if group["validation_json"].notna().any()
+            else {}
+        )
+        rows.append(
+            [
+                name,
+                "passed" if summary.get("success") else "not recorded or failed",
+                summary.get("evaluated", ""),
+                summary.get("failed", ""),
+            ]
+        )
+    return html_table(["evalset", "result", "expectations", "failed"], rows)
+
+
+def _cost_section(evaluations: pd.DataFrame, this_week: pd.DataFrame) -> list[str]:
+    """What the week's evaluations cost, and the cost chart of every week up to it."""
+    this_bill = this_week[["wall_s", "energy_kwh", "co2_kg", "cost"]].sum()
+    currency = this_week["currency"].dropna().iloc[0] if this_week["currency"].notna().any() else ""
+    parts = [
+        f"<p>This week: {esc(units.duration(this_bill['wall_s']))} of device time, "
+        f"{esc(units.energy(this_bill['energy_kwh']))}, {esc(units.carbon(this_bill['co2_kg']))}, "
+        f"{esc(units.money(this_bill['cost'], currency))}.</p>"
+    ]
+    if not evaluations.empty:
+        parts.append(f'<div class="chart">{cost_chart(evaluations)}</div>')
+    return parts
