@@ -325,22 +325,6 @@ def lifetime_table(lines: Sequence[LineBill]) -> tuple[list[str], list[list[str]
     grand = sum(totals.values())
     monthly = [line.serving_per_month for line in lines if line.serving_per_month is not None]
 
-    def share(amount: float, total: float) -> str:
-        return (
-            f"{money(amount, currency)} ({_percent(amount / total)})"
-            if total > 0
-            else (money(amount, currency))
-        )
-
-    def forecast(line: LineBill) -> str:
-        if line.model == SHARED:
-            return ""
-        if line.requests_per_day is None:
-            return "no traffic declared"
-        if line.serving_per_month is None:
-            return "no production throughput yet"
-        return f"{money(line.serving_per_month, currency)} at {line.requests_per_day:,.0f}/day"
-
     headers = ["", *(line.model for line in lines), "all lines"]
     rows = [
         [
@@ -354,15 +338,15 @@ def lifetime_table(lines: Sequence[LineBill]) -> tuple[list[str], list[list[str]
         *(
             [
                 part,
-                *(share(line.parts.get(part, 0.0), line.total) for line in lines),
-                share(totals[part], grand),
+                *(_share(line.parts.get(part, 0.0), line.total, currency) for line in lines),
+                _share(totals[part], grand, currency),
             ]
             for part in PARTS
         ),
         ["total to date", *(money(line.total, currency) for line in lines), money(grand, currency)],
         [
             "serving per month",
-            *(forecast(line) for line in lines),
+            *(_forecast(line, currency) for line in lines),
             money(sum(monthly), currency) if monthly else "",
         ],
         [
@@ -375,3 +359,27 @@ def lifetime_table(lines: Sequence[LineBill]) -> tuple[list[str], list[list[str]
         ],
     ]
     return headers, rows
+
+
+def _share(amount: float, total: float, currency: str) -> str:
+    """Money and its share of ``total`` (no share of nothing)."""
+    from evalsentry.units import money
+
+    return (
+        f"{money(amount, currency)} ({_percent(amount / total)})"
+        if total > 0
+        else (money(amount, currency))
+    )
+
+
+def _forecast(line: LineBill, currency: str) -> str:
+    """A line's serving cost per month at its declared traffic, or why there is none."""
+    from evalsentry.units import money
+
+    if line.model == SHARED:
+        return ""
+    if line.requests_per_day is None:
+        return "no traffic declared"
+    if line.serving_per_month is None:
+        return "no production throughput yet"
+    return f"{money(line.serving_per_month, currency)} at {line.requests_per_day:,.0f}/day"
