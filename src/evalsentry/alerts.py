@@ -143,22 +143,9 @@ def summary(
     rows = [comparison_row(c) for c in shown]
     drifted = report.drifted
     drift_rows = [drift_row(d) for d in drifted[:limit]]
-    counts = {
-        str(Verdict.FAIL): len(report.failures),
-        str(Verdict.ERROR): len(report.errors),
-        str(Verdict.INCONCLUSIVE): len(report.possible_regressions),
-        str(Verdict.WARN): len(report.warnings),
-        "DRIFT": len(drifted),
-        "UNRESOLVED": len(report.unresolved),
-    }
+    counts = _counts(report)
     headline = report.headline()
-    lines = [
-        "evalsentry: " + (f"{title}: " if title else "") + headline,
-        f"{counts['FAIL']} regression(s), {counts['ERROR']} error(s), "
-        + (f"{counts['INCONCLUSIVE']} inconclusive, " if counts["INCONCLUSIVE"] else "")
-        + f"{counts['WARN']} warning(s), {counts['DRIFT']} drifted feature(s)"
-        + (f" ({counts['UNRESOLVED']} unresolved, informational)" if counts["UNRESOLVED"] else ""),
-    ]
+    lines = ["evalsentry: " + (f"{title}: " if title else "") + headline, _counts_line(counts)]
     lines += [_line(row, c) for row, c in zip(rows, shown, strict=True)]
     if len(bad) > limit:
         lines.append(f"... and {len(bad) - limit} more")
@@ -180,6 +167,28 @@ def summary(
         "run": {"name": run_name, "url": run_url},
         "text": "\n".join(lines),
     }
+
+
+def _counts(report: GateReport) -> dict[str, int]:
+    """How many gating FAIL, ERROR, INCONCLUSIVE and WARN, drifted features and unresolved."""
+    return {
+        str(Verdict.FAIL): len(report.failures),
+        str(Verdict.ERROR): len(report.errors),
+        str(Verdict.INCONCLUSIVE): len(report.possible_regressions),
+        str(Verdict.WARN): len(report.warnings),
+        "DRIFT": len(report.drifted),
+        "UNRESOLVED": len(report.unresolved),
+    }
+
+
+def _counts_line(counts: dict[str, int]) -> str:
+    """The counts in words: the alert text's second line."""
+    return (
+        f"{counts['FAIL']} regression(s), {counts['ERROR']} error(s), "
+        + (f"{counts['INCONCLUSIVE']} inconclusive, " if counts["INCONCLUSIVE"] else "")
+        + f"{counts['WARN']} warning(s), {counts['DRIFT']} drifted feature(s)"
+        + (f" ({counts['UNRESOLVED']} unresolved, informational)" if counts["UNRESOLVED"] else "")
+    )
 
 
 def failure_summary(
