@@ -22,7 +22,7 @@ import numpy as np
 
 from evalsentry import __version__
 from evalsentry.config import Config
-from evalsentry.cost import CostMeter, cost_fields
+from evalsentry.cost import CostMeter, Measurement, cost_fields
 from evalsentry.errors import (
     ConfigError,
     EvalsentryError,
@@ -38,11 +38,13 @@ from evalsentry.names import NO_EVALSET, WEEKLY_RUN, WEEKLY_STAGES, RunKind
 from evalsentry.weeks import now_utc
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     import pandas as pd
 
     from evalsentry.drift import DriftResult
     from evalsentry.evalsets import Evalset
-    from evalsentry.inference import ProgressFn
+    from evalsentry.inference import InferenceResult, ProgressFn
     from evalsentry.registry import Registry, RegistryEntry
 
 log = logging.getLogger(__name__)
@@ -381,36 +383,24 @@ def plan_week(
     targets = resolve_targets(registry, models, stages)
     available = list_evalsets(config.evalsets_dir)
     check_bindings(config, available)
-    for name in evalsets or ():
-        if name not in available:
-            raise UsageError(
-                f"evalset {name!r}: no such evalset under {config.evalsets_dir}."
-                f"{did_you_mean(name, available)}"
-            )
+    _check_named(evalsets, available, config.evalsets_dir)
     pairs, unbound = pair_targets(targets, config, available, evalsets)
     if not pairs and not unbound:
         raise NothingToEvaluate(
             f"no registered model is bound to {', '.join(map(repr, evalsets or ()))}; bind one "
             f"under models: in {config.trust.config_file}"
         )
-
-    def error(target: Target, evalset: str, reason: str) -> Outcome:
-        return not_evaluated(target, evalset, reason, run_id=run_id, week=week)
-
-    errors = [error(t, NO_EVALSET, unbound[t.model]) for t in targets if t.model in unbound]
+    errors = [
+        not_evaluated(t, NO_EVALSET, unbound[t.model], run_id=run_id, week=week)
+        for t in targets
+        if t.model in unbound
+    ]
     ran = {(t.model, t.stage, name) for t, name in pairs}
     ran |= {(t.model, t.stage, NO_EVALSET) for t in targets if t.model in unbound}
     week_targets = targets if models is None else resolve_targets(registry, None, stages)
     expected = expected_pairs(week_targets, config, available)
-    lines = {(t.model, t.stage, name) for t, name in expected}
     current = history.evaluations(weeks=[week], kind=WEEKLY_RUN)
-    gone = [
-        (model, stage, evalset) not in lines and stage in stages
-        for model, stage, evalset in zip(
-            current["model"], current["stage"], current["evalset"], strict=True
-        )
-    ]
-    retired = current.loc[gone, "evaluation_id"].astype(str).tolist() if gone else []
+    gone, retired = _retired(current, expected, stages)
     others = [(t, name) for t, name in expected if (t.model, t.stage, name) not in ran]
     if not others:
         return WeekPlan(pairs, errors, None, retired)
@@ -418,18 +408,52 @@ def plan_week(
     asked += [f"evalset(s) {', '.join(evalsets)}"] if evalsets else []
     partial = ", ".join(asked)
     kept = current[[not g for g in gone]] if gone else current
+    errors += _uncovered(kept, others, partial, run_id=run_id, week=week)
+    return WeekPlan(pairs, errors, partial, retired)
+
+
+def _check_named(evalsets: Sequence[str] | None, available: Sequence[str], folder: str) -> None:
+    """Every evalset a run names exists under ``folder``."""
+    for name in evalsets or ():
+        if name not in available:
+            raise UsageError(
+                f"evalset {name!r}: no such evalset under {folder}.{did_you_mean(name, available)}"
+            )
+
+
+def _retired(
+    current: pd.DataFrame, expected: Sequence[Pair], stages: Sequence[str]
+) -> tuple[list[bool], list[str]]:
+    """Which of the week's rows are of lines (in ``stages``) it no longer has, and their ids."""
+    lines = {(t.model, t.stage, name) for t, name in expected}
+    gone = [
+        (model, stage, evalset) not in lines and stage in stages
+        for model, stage, evalset in zip(
+            current["model"], current["stage"], current["evalset"], strict=True
+        )
+    ]
+    return gone, current.loc[gone, "evaluation_id"].astype(str).tolist() if gone else []
+
+
+def _uncovered(
+    kept: pd.DataFrame, others: Sequence[Pair], partial: str, *, run_id: str, week: str
+) -> list[Outcome]:
+    """An ERROR row for each line a partial run left out that no earlier run of the week covered."""
+    errors = []
     for target, name in missing_pairs(kept, others):
         on = f" on {name}" if name != NO_EVALSET else ""
         errors.append(
-            error(
+            not_evaluated(
                 target,
                 name,
                 f"no run of {week} covered {target.model}@v{target.version} "
                 f"({target.stage}){on}; the last covered only {partial}. Run it: "
                 f"evalsentry run --week {week} --model {target.model}",
+                run_id=run_id,
+                week=week,
             )
         )
-    return WeekPlan(pairs, errors, partial, retired)
+    return errors
 
 
 def not_evaluated(
@@ -503,29 +527,12 @@ def evaluate_checkpoint(
     The model is built by the factory pinned in the target's registry entry (a file given
     directly: its own), only if ``config.trust`` admits it.
     """
-    from evalsentry.isolation import EvaluationFailed, evaluate_isolated, failure_reason
+    from evalsentry.isolation import evaluate_isolated
     from evalsentry.metrics import metric_names
 
     evaluation_id = uuid.uuid4().hex
     started, clock = now_utc(), time.perf_counter()
-    row: dict[str, Any] = {
-        "evaluation_id": evaluation_id,
-        "run_id": run_id,
-        "week": week,
-        "kind": kind,
-        "started_at": started,
-        "model": target.model,
-        "version": target.version,
-        "stage": target.stage,
-        "checkpoint_uri": target.uri,
-        "checkpoint_sha256": target.sha256,
-        "evalset": evalset.spec.name,
-        "evalset_version": evalset.spec.version,
-        "evalset_sha256": evalset.sha256,
-        "n_examples": len(evalset),
-        "evalsentry_version": __version__,
-        "validation_json": json.dumps(validation) if validation is not None else None,
-    }
+    row = _started_row(evaluation_id, started, target, evalset, run_id, week, kind, validation)
     meter = meter or CostMeter(use_codecarbon=False)
     phase = "running the model"
     try:
@@ -548,26 +555,83 @@ def evaluate_checkpoint(
         phase = "computing metrics"
         names = metric_names(evalset.spec.metrics, evalset.spec.task, evalset.spec.num_classes)
         metrics = _metric_rows(result.columns, names, evalset, row)
-    except Exception as exc:  # one broken pair never takes the others down
-        if isinstance(exc, EvaluationFailed) and exc.lineage:
-            with contextlib.suppress(EvalsentryError):  # the reason below says what broke
-                row.update(_lineage_fields(exc.lineage))
-            row["checkpoint_sha256"] = exc.sha256
-        reason = failure_reason(exc, phase)
-        log.warning(
-            "%s on %s failed, recorded as an error: %s",
-            target.label,
-            evalset.spec.name,
-            reason,
-            exc_info=not isinstance(exc, EvaluationFailed),  # the child's traceback is logged
-        )
-        row.update(
-            status="error",
-            error=reason,
-            finished_at=now_utc(),
-            wall_s=time.perf_counter() - clock,
-        )
+    except Exception as exc:  # noqa: BLE001 - one broken pair never takes the others down; logged
+        _record_failure(row, exc, phase, target, evalset, clock)
         return Outcome(row, [], None)
+    _record_success(row, result, measurement, config, clock)
+    return Outcome(row, metrics, result.columns)
+
+
+def _started_row(
+    evaluation_id: str,
+    started: datetime,
+    target: Target,
+    evalset: Evalset,
+    run_id: str,
+    week: str,
+    kind: RunKind,
+    validation: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The evaluation's history row as it starts: what is evaluated on what, in which run."""
+    return {
+        "evaluation_id": evaluation_id,
+        "run_id": run_id,
+        "week": week,
+        "kind": kind,
+        "started_at": started,
+        "model": target.model,
+        "version": target.version,
+        "stage": target.stage,
+        "checkpoint_uri": target.uri,
+        "checkpoint_sha256": target.sha256,
+        "evalset": evalset.spec.name,
+        "evalset_version": evalset.spec.version,
+        "evalset_sha256": evalset.sha256,
+        "n_examples": len(evalset),
+        "evalsentry_version": __version__,
+        "validation_json": json.dumps(validation) if validation is not None else None,
+    }
+
+
+def _record_failure(
+    row: dict[str, Any],
+    exc: Exception,
+    phase: str,
+    target: Target,
+    evalset: Evalset,
+    clock: float,
+) -> None:
+    """Complete ``row`` as an error: what the child learnt of the file, the reason, logged."""
+    from evalsentry.isolation import EvaluationFailed, failure_reason
+
+    if isinstance(exc, EvaluationFailed) and exc.lineage:
+        with contextlib.suppress(EvalsentryError):  # the reason below says what broke
+            row.update(_lineage_fields(exc.lineage))
+        row["checkpoint_sha256"] = exc.sha256
+    reason = failure_reason(exc, phase)
+    log.warning(
+        "%s on %s failed, recorded as an error: %s",
+        target.label,
+        evalset.spec.name,
+        reason,
+        exc_info=not isinstance(exc, EvaluationFailed),  # the child's traceback is logged
+    )
+    row.update(
+        status="error",
+        error=reason,
+        finished_at=now_utc(),
+        wall_s=time.perf_counter() - clock,
+    )
+
+
+def _record_success(
+    row: dict[str, Any],
+    result: InferenceResult,
+    measurement: Measurement,
+    config: Config,
+    clock: float,
+) -> None:
+    """Complete ``row`` as ok: where the model ran, and what the evaluation cost."""
     env = result.environment
     row.update(
         status="ok",
@@ -589,7 +653,6 @@ def evaluate_checkpoint(
             rates=config.cost,
         ),
     )
-    return Outcome(row, metrics, result.columns)
 
 
 def _lineage_fields(lineage: Mapping[str, Any], where: object = "lineage") -> dict[str, Any]:
