@@ -42,9 +42,7 @@ def tie_temporary_server() -> None:
     """
     if not sys.platform.startswith("linux"):
         return
-    import prefect
     from prefect.server.api.server import SubprocessASGIServer
-    from prefect.settings import get_current_settings
 
     if None in SubprocessASGIServer._instances:  # already made, or a test harness's
         return
@@ -63,30 +61,8 @@ def tie_temporary_server() -> None:
 
             # Prefect 3.9's own command and environment (SubprocessASGIServer._run_uvicorn_command).
             return subprocess.Popen(  # noqa: S603 - a fixed command, no shell
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "--app-dir",
-                    str(prefect.__module_path__.parent),
-                    "--factory",
-                    "prefect.server.api.server:create_app",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                    "--log-level",
-                    "error",
-                    "--lifespan",
-                    "on",
-                ],
-                env={
-                    **os.environ,
-                    "PREFECT_UI_ENABLED": "0",
-                    "PREFECT__SERVER_EPHEMERAL": "1",
-                    "PREFECT__SERVER_FINAL": "1",
-                    **get_current_settings().to_environment_variables(exclude_unset=True),
-                },
+                _uvicorn_command(self.port),
+                env=_server_environment(),
                 # preexec_fn is unsafe only if the child takes a lock another thread held at
                 # fork; this one calls prctl, getppid and kill, none of which takes one.
                 preexec_fn=die_with_parent,  # noqa: PLW1509
@@ -94,3 +70,39 @@ def tie_temporary_server() -> None:
             )
 
     TiedServer()  # now the instance that Prefect's SubprocessASGIServer() returns
+
+
+def _uvicorn_command(port: int | None) -> list[str]:
+    """Prefect's own command for its temporary server on ``port``."""
+    import prefect
+
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--app-dir",
+        str(prefect.__module_path__.parent),
+        "--factory",
+        "prefect.server.api.server:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "error",
+        "--lifespan",
+        "on",
+    ]
+
+
+def _server_environment() -> dict[str, str]:
+    """Prefect's own environment for its temporary server: this one's, settings included."""
+    from prefect.settings import get_current_settings
+
+    return {
+        **os.environ,
+        "PREFECT_UI_ENABLED": "0",
+        "PREFECT__SERVER_EPHEMERAL": "1",
+        "PREFECT__SERVER_FINAL": "1",
+        **get_current_settings().to_environment_variables(exclude_unset=True),
+    }
