@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, runtime
+from prefect.client.schemas.objects import State
 
 from evalsentry.candidate import CandidateNotEvaluated, CandidateSteps, candidate_evalsets
 from evalsentry.candidate import evaluate_candidate as evaluate_candidate_
-from evalsentry.config import load_config
+from evalsentry.config import Config, load_config
 from evalsentry.errors import UsageError
 from evalsentry.flows.runs import RUN_ID_CHARS, complete, fail, quiet_domain_errors, short_id
-from evalsentry.gate import Verdict
+from evalsentry.gate import GateReport, Verdict
 from evalsentry.history import History
 from evalsentry.names import check_name
 from evalsentry.storage import sha256_file
@@ -63,16 +64,7 @@ def evaluate_candidate(
         names = candidate_evalsets(model, settings, history, evalsets, new_model=new_model)
     except UsageError as exc:  # an unusable store, an unknown model line, no evalset for it
         return fail(f"{iso_week()}: ERROR {model} candidate not evaluated", [str(exc)])
-    steps = CandidateSteps(
-        check=check_evalset,
-        load=load_evalset,
-        infer=on_device(evaluate_checkpoint, device),
-        record=lambda outcomes: write_history(settings.store_url, outcomes),
-        gate=lambda evaluation: gate_candidate(
-            settings.store_url, evaluation, settings.gate, settings.evalsets_dir
-        ),
-        record_verdicts=lambda rows: write_comparisons(settings.store_url, rows),
-    )
+    steps = _task_steps(settings, device)
     try:
         run = evaluate_candidate_(
             checkpoint, model, names, settings, history, device=device, steps=steps
@@ -100,6 +92,25 @@ def evaluate_candidate(
         return fail(
             report.headline(), [*[c.describe() for c in report.problems], f"report: {location}"]
         )
+    return _completed(report, location)
+
+
+def _task_steps(settings: Config, device: str) -> CandidateSteps:
+    """The candidate evaluation's steps as this flow's tasks, recording into the project's store."""
+    return CandidateSteps(
+        check=check_evalset,
+        load=load_evalset,
+        infer=on_device(evaluate_checkpoint, device),
+        record=lambda outcomes: write_history(settings.store_url, outcomes),
+        gate=lambda evaluation: gate_candidate(
+            settings.store_url, evaluation, settings.gate, settings.evalsets_dir
+        ),
+        record_verdicts=lambda rows: write_comparisons(settings.store_url, rows),
+    )
+
+
+def _completed(report: GateReport, location: str) -> State:
+    """The Completed state of a candidate that passed (or only warned): its verdict in words."""
     # The Completed state's message is the verdict, as the weekly run's (words, not "Completed").
     notes = report.warnings + (report.inconclusive if not report.strict else [])
     level = logging.INFO if report.verdict == Verdict.PASS else logging.WARNING
