@@ -14,7 +14,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 from prefect.cache_policies import NO_CACHE
 
 from evalsentry.artifacts import bill_rows, details_artifact, report_artifact
-from evalsentry.bill import lifetime
+from evalsentry.bill import Lifetime, lifetime
 from evalsentry.config import Config
 from evalsentry.drift import DriftResult
 from evalsentry.gate import GateReport
@@ -58,13 +58,8 @@ def publish_report(
     files = {".md": markdown.encode()}
     if config is not None:
         files[".html"] = render_report(history, report, bindings, bill, scope).encode()
-    fs, root = filesystem(store_url)
-    this_run, latest = file_stem(run_name), f"{key_prefix}-{report.week}"
-    for suffix, data in files.items():
-        for stem in (this_run, latest):
-            write_atomic(fs, join(root, REPORTS, stem + suffix), data)
-    kind = ".html" if ".html" in files else ".md"
-    path = join(root, REPORTS, this_run + kind)
+    latest = f"{key_prefix}-{report.week}"
+    fs, path, kind = _write_reports(store_url, files, file_stem(run_name), latest)
     link, note = browser_link(fs, path, reports_url=config.reports_url if config else None)
     create_markdown_artifact(
         report_artifact(
@@ -76,6 +71,45 @@ def publish_report(
         key=f"{key_prefix}-report",
         description=report.headline(),
     )
+    _details_artifacts(
+        report, evaluations, metrics, validations, bindings, bill, run_name, key_prefix
+    )
+    create_link_artifact(
+        link,
+        link_text=f"{'HTML' if kind == '.html' else 'Markdown'} report of {run_name} ({note})",
+        key=f"{key_prefix}-report-file",
+        description=f"This run's report; {latest}{kind} next to it is the week's latest",
+    )
+    return str(fs.unstrip_protocol(path))
+
+
+def _write_reports(
+    store_url: str, files: Mapping[str, bytes], this_run: str, latest: str
+) -> tuple[Any, str, str]:
+    """Write each report file as this run's and as the week's latest.
+
+    Returns the store's filesystem, the path of this run's report (HTML when written), and
+    that report's suffix.
+    """
+    fs, root = filesystem(store_url)
+    for suffix, data in files.items():
+        for stem in (this_run, latest):
+            write_atomic(fs, join(root, REPORTS, stem + suffix), data)
+    kind = ".html" if ".html" in files else ".md"
+    return fs, join(root, REPORTS, this_run + kind), kind
+
+
+def _details_artifacts(
+    report: GateReport,
+    evaluations: Sequence[Mapping[str, Any]],
+    metrics: Sequence[Mapping[str, Any]],
+    validations: Mapping[str, Mapping[str, Any]],
+    bindings: Mapping[str, str] | None,
+    bill: Lifetime | None,
+    run_name: str,
+    key_prefix: str,
+) -> None:
+    """The artifacts beside the report: its details, the overall metrics, the lifetime bill."""
     create_markdown_artifact(
         details_artifact(report, evaluations, metrics, validations, bindings, bill),
         key=f"{key_prefix}-details",
@@ -92,10 +126,3 @@ def publish_report(
             key=f"{key_prefix}-lifetime-bill",
             description="Each model line's bill to date: training, evaluation, serving, declared",
         )
-    create_link_artifact(
-        link,
-        link_text=f"{'HTML' if kind == '.html' else 'Markdown'} report of {run_name} ({note})",
-        key=f"{key_prefix}-report-file",
-        description=f"This run's report; {latest}{kind} next to it is the week's latest",
-    )
-    return str(fs.unstrip_protocol(path))
