@@ -74,3 +74,21 @@ def test_evaluation_does_not_import_the_gate_for_metric_names() -> None:
                         f"{path.relative_to(root)}: {a.name}" for a in node.names if a.name in moved
                     ]
     assert offenders == []
+
+
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_function_is_over_60_lines() -> None:
+    """Every function in src/evalsentry, flows and tasks is at most 60 lines, docstring included
+    (from its `def` to its last line, decorators excluded): a longer one is split into steps."""
+    root = SRC.parents[1]
+    offenders = []
+    for folder in (SRC, root / "flows", root / "tasks"):
+        for path in sorted(folder.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    length = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if length > MAX_FUNCTION_LINES:
+                        offenders.append(f"{path.relative_to(root)}:{node.name} {length}")
+    assert offenders == [], "\n".join(offenders)
