@@ -132,7 +132,7 @@ def save_checkpoint(
     repo: str | os.PathLike[str] | None = None,
     training: TrainingRun | Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write ``{model_state_dict, optimizer_state_dict?, metrics, lineage}`` atomically: the path.
+    """Write ``{model_state_dict, optimizer_state_dict?, metrics, lineage}`` atomically; its path.
 
     The factory (default: the model's own class) is called with ``factory_kwargs`` and must
     accept the weights strictly, so a checkpoint that could not be rebuilt fails now, not at

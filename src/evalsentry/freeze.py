@@ -185,7 +185,7 @@ def _task_classes(
     outputs: str,
     source: str,
 ) -> Sequence[Any] | None:
-    """A classifier's classes (see ``_classes``); a regression evalset has none, and logits."""
+    """A classifier's classes (see ``_classes``); no classes nor probabilities for regression."""
     if task == "classification":
         classes = _classes(table, target, classes, source)
     elif classes is not None:
