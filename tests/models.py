@@ -151,3 +151,12 @@ class MutatingNet(TinyNet):
 def exploding_factory(features: int = 4, classes: int = 3, hidden: int = 8) -> TinyNet:
     """A factory that raises while building the model."""
     raise ValueError(f"cannot build a {features}x{hidden}x{classes} net today")
+
+
+class TiedNet(TinyNet):
+    """A classifier whose last layer shares its weight with a second name (tied weights)."""
+
+    def __init__(self, features: int = 4, classes: int = 3, hidden: int = 8) -> None:
+        super().__init__(features, classes, hidden)
+        self.tied = nn.Linear(hidden, classes, bias=False)
+        self.tied.weight = self.body[2].weight  # type: ignore[index]

@@ -8,7 +8,8 @@ refused.
 
 Two layouts are read: ``{model_state_dict, optimizer_state_dict?, metrics?, lineage}`` (what
 ``save_checkpoint`` writes, and what many teams write by hand with ``torch.save``), and a bare
-``model.state_dict()``. A bare state dict records no lineage: it is registered with the lineage
+``model.state_dict()``; and ``safetensors`` files, which hold tensors and text only
+(``evalsentry.safetensors_file``). A bare state dict records no lineage: it is registered with the lineage
 given beside it (``--lineage FILE``), the registry entry keeps that lineage, and evaluation,
 which loads the file by its pinned sha256 and factory, records the entry's.
 """
@@ -49,6 +50,7 @@ from evalsentry.lineage import (
     missing_fields,
     training_files,
 )
+from evalsentry.safetensors_file import SUFFIX, is_safetensors, read_safetensors, safetensors_bytes
 from evalsentry.storage import HASH_CHUNK, filesystem, write_atomic
 from evalsentry.trust import DEFAULT_MAX_CHECKPOINT_BYTES, Trust, import_factory
 
@@ -134,6 +136,9 @@ def save_checkpoint(
 ) -> Path:
     """Write ``{model_state_dict, optimizer_state_dict?, metrics, lineage}`` atomically; its path.
 
+    A path ending in ``.safetensors`` is written in that format (weights, with the lineage and
+    metrics in its metadata; no optimizer state): a file that holds no code at all.
+
     The factory (default: the model's own class) is called with ``factory_kwargs`` and must
     accept the weights strictly, so a checkpoint that could not be rebuilt fails now, not at
     next week's evaluation. It is the training code's own choice, not a checkpoint's word, so
@@ -214,13 +219,19 @@ def _write_payload(
         "metrics": {str(k): float(v) for k, v in metrics.items()},
         "lineage": lineage,
     }
-    if optimizer is not None:
-        payload["optimizer_state_dict"] = optimizer.state_dict()
-    buffer = io.BytesIO()
-    torch.save(payload, buffer)
     target = Path(path)
+    if target.suffix == SUFFIX:
+        written = safetensors_bytes(
+            state, lineage=lineage, metrics=payload["metrics"], optimizer=optimizer
+        )
+    else:
+        if optimizer is not None:
+            payload["optimizer_state_dict"] = optimizer.state_dict()
+        buffer = io.BytesIO()
+        torch.save(payload, buffer)
+        written = buffer.getvalue()
     fs, fs_path = filesystem(str(target.resolve()))
-    write_atomic(fs, fs_path, buffer.getvalue())
+    write_atomic(fs, fs_path, written)
     return target
 
 
@@ -344,6 +355,8 @@ def read_payload(
     import torch
 
     file = Path(path)
+    if is_safetensors(source):
+        return read_safetensors(file, source, map_location)
     check_archive(file, max_bytes, source)
     source.seek(0)
     try:

@@ -42,6 +42,7 @@ from evalsentry.errors import (
     VersionNotRegistered,
 )
 from evalsentry.names import STAGES, check_name, check_stage
+from evalsentry.safetensors_file import SUFFIX
 from evalsentry.storage import (
     blocking_file,
     check_path_text,
@@ -310,7 +311,8 @@ class Registry:
         return next((e for e in self.list(model) if e.sha256 == sha256), None)
 
     def _copy_in(self, file: Path, model: str, version: int, sha: str) -> str:
-        target = join(self._model_dir(model), "artifacts", f"v{version:06d}-{sha[:12]}.pt")
+        suffix = SUFFIX if file.suffix == SUFFIX else ".pt"
+        target = join(self._model_dir(model), "artifacts", f"v{version:06d}-{sha[:12]}{suffix}")
         data = file.read_bytes()
         if hashlib.sha256(data).hexdigest() != sha:  # swapped since it was checked and loaded
             raise CheckpointChanged(file, sha, hashlib.sha256(data).hexdigest())
