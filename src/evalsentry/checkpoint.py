@@ -136,16 +136,14 @@ def save_checkpoint(
 ) -> Path:
     """Write ``{model_state_dict, optimizer_state_dict?, metrics, lineage}`` atomically; its path.
 
-    A path ending in ``.safetensors`` is written in that format (weights, with the lineage and
-    metrics in its metadata; no optimizer state): a file that holds no code at all.
-
     The factory (default: the model's own class) is called with ``factory_kwargs`` and must
     accept the weights strictly, so a checkpoint that could not be rebuilt fails now, not at
     next week's evaluation. It is the training code's own choice, not a checkpoint's word, so
     ``trusted_factories`` is not consulted here; it is at registration and evaluation.
 
     Args:
-        path: where to write; the folder is created.
+        path: where to write; the folder is created. A ``.safetensors`` path gets that format
+            (no code at all; lineage and metrics in its metadata; no optimizer state).
         metrics: training/validation metrics worth keeping with the weights.
         config: hyperparameters (JSON-safe).
         data: training data (manifest file, list of files, or folder) to hash.
