@@ -1,8 +1,9 @@
 """What the Prefect UI shows of a week: narrow Markdown and tables, verdicts in words.
 
-The UI renders an artifact's Markdown tables without wrapping a cell, in a column about 700
-pixels wide at a 1280-pixel window; a wider table scrolls sideways, and what it hides is what
-matters. So each table here stays within a few short columns: the week's verdict table is one
+Prefect's v1 UI renders an artifact's Markdown tables without wrapping a cell, in a column
+about 700 pixels wide at a 1280-pixel window (the default v2 UI wraps cells, in about 580); a
+wider table scrolls sideways, and what it hides is what matters (tests/integration/test_ui.py
+looks). So each table here stays within a few short columns: the week's verdict table is one
 small table per checkpoint (its metrics as rows, its references as columns), wide tables of
 the file report are transposed (a bill per model line), and long lines (each comparison's
 numbers and reason, lineage, cost, validation) are list items, which wrap. The report artifact

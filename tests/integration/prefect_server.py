@@ -85,7 +85,9 @@ def prefect_server(
         "PREFECT_HOME": str(folder / "prefect-home"),
         "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_UI_ENABLED": "false",
+        # The UI too (test_ui.py looks at it): it adds about a second to the start here, and the
+        # UI calls this server's API (PREFECT_API_URL).
+        "PREFECT_UI_ENABLED": "true",
         "EVALSENTRY_PROJECT_DIR": str(ROOT),
         SERVER_LOG: str(folder / "server.log"),
         **(extra_env or {}),
