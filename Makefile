@@ -8,7 +8,7 @@ LOCK := requirements/lock.txt
 # Prefect's temporary server needs ~16 s to create its database on a fresh machine (default limit 20 s).
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: demo test browser jq lint lock bench soak server deploy alerts worker fan-out-worker clean
+.PHONY: demo test browser jq lint lock bench soak screenshots server deploy alerts worker fan-out-worker clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ bench: $(STAMP)
 
 soak: $(STAMP)
 	$(BIN)/python -m bench.soak
+
+# The README's pictures of the Prefect UI (docs/ui-*.png): the demo run against a server of its
+# own, its failed week photographed in headless Chromium, 1280 pixels wide.
+screenshots: $(STAMP) browser
+	$(BIN)/python -m docs.screenshots
 
 # A local Prefect server and a process worker on the `gpu` pool, to watch runs in the UI.
 # `make server PREFECT_PORT=4310`: the UI must be told the API's port too (else it calls 4200);

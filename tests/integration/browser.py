@@ -20,6 +20,8 @@ from typing import Any
 
 from websockets.sync.client import ClientConnection, connect
 
+from tests.integration.prefect_server import stop
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = (
     "--headless",
@@ -93,13 +95,15 @@ def chromium(width: int = 1280, height: int = 900) -> Iterator[Page]:
     """Headless Chromium with one blank tab of ``width`` x ``height`` CSS pixels."""
     if CHROMIUM is None:
         raise FileNotFoundError("chromium is not installed")
-    with tempfile.TemporaryDirectory(prefix="chromium-") as folder:
+    # A helper process may still write to the profile as the browser ends: cleanup is best-effort.
+    with tempfile.TemporaryDirectory(prefix="chromium-", ignore_cleanup_errors=True) as folder:
         profile, log = Path(folder) / "profile", Path(folder) / "chromium.log"
         with log.open("w") as output:
             process = subprocess.Popen(
                 [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}"],
                 stdout=output,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # to stop its helper processes with it
             )
         try:
             with connect(_devtools_url(profile, process, log), max_size=None) as socket:
@@ -113,8 +117,7 @@ def chromium(width: int = 1280, height: int = 900) -> Iterator[Page]:
                 )
                 yield page
         finally:
-            process.terminate()
-            process.wait(timeout=30)
+            stop(process)
 
 
 def _devtools_url(profile: Path, process: subprocess.Popen[bytes], log: Path) -> str:
