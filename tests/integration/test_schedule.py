@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -25,7 +26,9 @@ def _next_monday_0600(after: datetime) -> datetime:
 def test_server_creates_the_monday_runs_of_the_deployed_schedule(server: dict[str, str]) -> None:
     """After `prefect deploy`, the server's scheduler itself creates Scheduled weekly-eval runs at Monday 06:00 UTC.
 
-    With SQLAlchemy 2.1 the scheduler fails on every loop and this list stays empty.
+    With SQLAlchemy 2.1 the scheduler fails on every loop and this list stays empty. Until
+    they start, the runs carry the scheduler's random two-word names (the README says so): a
+    schedule has no name template in Prefect 3.9, and the flow's own name applies at the start.
     (A worker executing a triggered run to its final state: test_server_worker.py.)
     """
     deployment = api(server, "GET", "/deployments/name/weekly-eval/weekly-eval")
@@ -44,6 +47,7 @@ def test_server_creates_the_monday_runs_of_the_deployed_schedule(server: dict[st
         time.sleep(1)
     starts = [datetime.fromisoformat(r["expected_start_time"]) for r in runs]
     assert all(r["auto_scheduled"] for r in runs), runs
+    assert all(re.fullmatch(r"[a-z]+-[a-z]+", r["name"]) for r in runs), [r["name"] for r in runs]
     assert all(
         (s.astimezone(UTC).weekday(), s.astimezone(UTC).time().isoformat()) == (0, "06:00:00")
         for s in starts
