@@ -76,7 +76,7 @@ def _project(root: Path, checkpoints: int, evalsets: Path = EVALSETS) -> Path:
             data=DATA,
             factory=FACTORY,
             factory_kwargs={"channels": 64, "hidden": 256},
-            git_sha="bench",
+            git_sha="0" * 40,  # a hex digest, as lineage requires: no commit made these weights
         )
         registry.register(path, f"model-{i}", stage="production", trust=TRUST)
     config = root / "evalsentry.yaml"
