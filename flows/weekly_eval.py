@@ -12,31 +12,17 @@ from prefect import flow, get_run_logger, runtime
 from prefect.client.schemas.objects import FlowRun, State
 from prefect.context import FlowRunContext
 
-from evalsentry.alerts import failure_summary
 from evalsentry.config import Config, load_config
-from evalsentry.cost import CostMeter
-from evalsentry.drift import DriftResult
+from evalsentry.cost.meter import CostMeter
 from evalsentry.errors import (
     ConfigError,
     EvalsentryError,
     HistoryError,
     UsageError,
 )
-from evalsentry.evalsets import Evalset, list_evalsets
-from evalsentry.flows.dask_cluster import dask_runner
-from evalsentry.flows.runs import (
-    RUN_ID_CHARS,
-    SEPARATOR,
-    complete,
-    fail,
-    quiet_domain_errors,
-    short_id,
-)
-from evalsentry.gate import GateReport, Verdict
-from evalsentry.history import History
-from evalsentry.isolation import prestart
-from evalsentry.names import WEEKLY_RUN, WEEKLY_STAGES
-from evalsentry.pipeline import (
+from evalsentry.evalsets.evalset import Evalset, list_evalsets
+from evalsentry.evaluation.isolation import prestart
+from evalsentry.evaluation.pipeline import (
     Outcome,
     Target,
     WeekPlan,
@@ -46,7 +32,21 @@ from evalsentry.pipeline import (
     tolerance_warnings,
     week_results,
 )
-from evalsentry.report import run_scope
+from evalsentry.flows.dask_cluster import dask_runner
+from evalsentry.flows.runs import (
+    RUN_ID_CHARS,
+    SEPARATOR,
+    complete,
+    fail,
+    quiet_domain_errors,
+    short_id,
+)
+from evalsentry.gate.drift import DriftResult
+from evalsentry.gate.week import GateReport, Verdict
+from evalsentry.history.store import History
+from evalsentry.names import WEEKLY_RUN, WEEKLY_STAGES
+from evalsentry.reports.alerts import failure_summary
+from evalsentry.reports.report import run_scope
 from evalsentry.tasks import events
 from evalsentry.tasks.drift import check_drift
 from evalsentry.tasks.evalsets import check_evalset, load_evalset
@@ -156,8 +156,8 @@ def _fan_out(jobs: Sequence[Job], run: RunContext, retire: Sequence[str]) -> lis
     from prefect.client.schemas.objects import WorkQueueStatus
     from prefect.deployments import run_deployment
 
-    from evalsentry.history import History
-    from evalsentry.pipeline import outcomes_of_run
+    from evalsentry.evaluation.pipeline import outcomes_of_run
+    from evalsentry.history.store import History
 
     with get_client(sync_client=True) as client:
         deployment = client.read_deployment_by_name(FAN_OUT_DEPLOYMENT)

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from evalsentry import pipeline
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.config import Config
-from evalsentry.history import History
-from evalsentry.pipeline import WeekPlan
-from evalsentry.registry import Registry
+from evalsentry.evaluation import pipeline
+from evalsentry.evaluation.pipeline import WeekPlan
+from evalsentry.history.store import History
 from evalsentry.tasks import unless_usage_error
 
 

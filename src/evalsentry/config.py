@@ -44,6 +44,12 @@ DEFAULT_METRIC_TOLERANCES: dict[str, float | str] = {
 #: Seconds one evaluation (building the model and running it over the evalset) may take before
 #: its process is killed and the pair recorded as an error: generous, a backstop against hangs.
 DEFAULT_INFERENCE_TIMEOUT_S = 3600.0
+#: The per-row summaries a tensor input's drift can be measured on (``drift.features``); each
+#: is computed by ``evalsentry.gate.drift.ROW_SUMMARIES`` under the same name.
+ROW_SUMMARY_NAMES = ("mean", "std", "min", "max", "share_above_half_max")
+#: The summaries of a tensor evalset ``drift.features`` does not list: meaningful for any
+#: values, where a share above a threshold assumes non-negative intensities such as pixels.
+DEFAULT_ROW_SUMMARIES: tuple[str, ...] = ("mean", "std", "min", "max")
 #: The field that holds the folder relative locations resolve in: set from the file's place,
 #: never by the file itself.
 _ROOT = "root"
@@ -140,19 +146,15 @@ class GatePolicy(BaseModel):
 
 
 def _known_row_summaries(names: list[str]) -> list[str]:
-    """``names`` when each is a row summary drift.py offers, listed once."""
-    # The summaries are defined, and so named, in drift.py alone; imported late because
-    # drift.py imports this module.
-    from evalsentry.drift import DEFAULT_ROW_SUMMARIES, ROW_SUMMARIES
-
-    known = list(ROW_SUMMARIES)
+    """``names`` when each is a row summary drift offers, listed once."""
+    known = list(ROW_SUMMARY_NAMES)
     if not names:
         raise ValueError(
             f"no features listed; list some of {', '.join(known)}, or remove the entry for the "
             f"default ({', '.join(DEFAULT_ROW_SUMMARIES)})"
         )
     for name in names:
-        if name not in ROW_SUMMARIES:
+        if name not in ROW_SUMMARY_NAMES:
             raise ValueError(
                 f"unknown feature {name!r}; choose from {', '.join(known)}."
                 f"{did_you_mean(name, known)}"
@@ -173,7 +175,7 @@ class DriftPolicy(BaseModel):
     features: dict[str, Annotated[list[str], AfterValidator(_known_row_summaries)]] = Field(
         default_factory=dict,
         description="tensor evalset name -> the per-row summaries its drift is measured on "
-        "(names in evalsentry.drift.ROW_SUMMARIES); unlisted: drift.DEFAULT_ROW_SUMMARIES",
+        "(names in evalsentry.gate.drift.ROW_SUMMARIES); unlisted: drift.DEFAULT_ROW_SUMMARIES",
     )
     psi_warn: float = Field(0.1, ge=0)
     psi_fail: float = Field(0.25, ge=0)

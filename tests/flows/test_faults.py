@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from evalsentry.checkpoint import save_checkpoint
+from evalsentry.checkpoints.checkpoint import save_checkpoint
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.config import load_config
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.history import History
-from evalsentry.registry import Registry
+from evalsentry.history.store import History
 from tests.flows.api import wait_for_events
 from tests.models import TRUST, Marker, TinyNet
 from tests.unit.test_evalsets import rewrite
@@ -78,7 +78,7 @@ def test_f5_checkpoint_swapped_for_a_malicious_pickle_is_refused_unrun(
     assert not marker.exists()
     frame = _history(toy_project).evaluations().set_index("model")
     assert frame.loc["swapped", "status"] == "error" and frame.loc["toy-model", "status"] == "ok"
-    assert wait_for_events("evalsentry.checkpoint.failed", "evalsentry.model.swapped")
+    assert wait_for_events("evalsentry.checkpoints.checkpoint.failed", "evalsentry.model.swapped")
 
 
 def test_f8_two_runs_of_the_same_week_at_once_lose_nothing(toy_project: Path) -> None:

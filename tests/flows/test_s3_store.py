@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.cli import main
 from evalsentry.config import load_config
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.registry import Registry
 from tests.models import TRUST, TRUSTED_YAML
 
 BUCKET = "evalsentry-test"
@@ -130,7 +130,7 @@ def test_racing_registrations_on_s3_get_distinct_versions(
     s3_project: Path, tmp_path: Path, train_data: Path
 ) -> None:
     """Version claims use S3 conditional writes: concurrent registrations never overwrite each other."""
-    from evalsentry.checkpoint import save_checkpoint
+    from evalsentry.checkpoints.checkpoint import save_checkpoint
     from tests.models import TinyNet
 
     files = [  # six different files: the same file again would be the existing version

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from evalsentry.alerts import failure_summary, summary
-from evalsentry.drift import DriftResult
-from evalsentry.gate import Comparison, GateReport, Verdict
+from evalsentry.gate.drift import DriftResult
+from evalsentry.gate.week import Comparison, GateReport, Verdict
+from evalsentry.reports.alerts import failure_summary, summary
 
 
 def _comparison(verdict: Verdict, **fields: Any) -> Comparison:

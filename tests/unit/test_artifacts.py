@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from evalsentry.artifacts import details_artifact, report_artifact
-from evalsentry.gate import GateReport, Verdict
+from evalsentry.gate.week import GateReport, Verdict
+from evalsentry.reports.artifacts import details_artifact, report_artifact
 from tests.unit.test_gate import drifted
 from tests.unit.test_report import TestWeeklyMarkdown, judged
 

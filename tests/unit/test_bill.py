@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalsentry.bill import DAYS_PER_MONTH, SHARED, WEEKS_PER_MONTH, Lifetime, lifetime
+from evalsentry.checkpoints.registry import Registry, RegistryEntry
 from evalsentry.cli import main
 from evalsentry.config import Config
-from evalsentry.gate import gate_week
-from evalsentry.history import History
-from evalsentry.html_report import PART_COLOUR, render_report
-from evalsentry.registry import Registry, RegistryEntry
+from evalsentry.gate.week import gate_week
+from evalsentry.history.store import History
+from evalsentry.reports.bill import DAYS_PER_MONTH, SHARED, WEEKS_PER_MONTH, Lifetime, lifetime
+from evalsentry.reports.html_report import PART_COLOUR, render_report
 from tests.synthetic import accuracy_mask, record_week
 from tests.unit.test_html_report import CHROMIUM, screenshot
 

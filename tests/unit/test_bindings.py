@@ -9,7 +9,7 @@ import pytest
 from evalsentry.cli import main
 from evalsentry.config import Config, load_config
 from evalsentry.errors import ConfigError, UsageError
-from evalsentry.pipeline import (
+from evalsentry.evaluation.pipeline import (
     Target,
     binding_text,
     check_bindings,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from evalsentry.binomial import binomial_pmf, binomial_tails
+from evalsentry.gate.binomial import binomial_pmf, binomial_tails
 
 
 def _exact_tails(k: int, n: int, p: Fraction) -> tuple[float, float]:

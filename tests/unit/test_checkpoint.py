@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from evalsentry.checkpoint import import_factory, load_checkpoint, read_payload, save_checkpoint
+from evalsentry.checkpoints.checkpoint import (
+    import_factory,
+    load_checkpoint,
+    read_payload,
+    save_checkpoint,
+)
 from evalsentry.errors import (
     CheckpointChanged,
     CheckpointCorrupt,

@@ -7,7 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from evalsentry.ci_github import (
+from evalsentry.gate.flips import ExampleFlips
+from evalsentry.gate.week import GateReport, Verdict
+from evalsentry.reports.ci_github import (
     COMMENT_LIMIT,
     SUMMARY_LIMIT,
     Block,
@@ -24,8 +26,6 @@ from evalsentry.ci_github import (
     workflow_annotations,
     workflow_command,
 )
-from evalsentry.flips import ExampleFlips
-from evalsentry.gate import GateReport, Verdict
 from tests.unit.test_report import comparison, mixed_report
 
 MARKER = "<!-- evalsentry:digits -->"

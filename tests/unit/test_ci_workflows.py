@@ -29,9 +29,9 @@ import yaml
 
 from evalsentry.cli import main
 from evalsentry.config import load_config
-from evalsentry.evalsets import load_evalset
-from evalsentry.history import History
-from evalsentry.pipeline import Target, evaluate_checkpoint, record
+from evalsentry.evalsets.evalset import load_evalset
+from evalsentry.evaluation.pipeline import Target, evaluate_checkpoint, record
+from evalsentry.history.store import History
 from tests.models import TRUSTED_YAML
 
 ROOT = Path(__file__).parents[2]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evalsentry.history import History
+from evalsentry.history.store import History
 from tests.models import TRUSTED_YAML, RaisingNet, SleepingNet, TupleNet
 from tests.unit.test_faults_cli import one_line_error
 from tests.unit.test_pipeline import save_model

@@ -16,9 +16,9 @@ import xmlschema
 
 from evalsentry.cli import main
 from evalsentry.config import load_config
-from evalsentry.evalsets import load_evalset
-from evalsentry.history import History
-from evalsentry.pipeline import Target, evaluate_checkpoint, record
+from evalsentry.evalsets.evalset import load_evalset
+from evalsentry.evaluation.pipeline import Target, evaluate_checkpoint, record
+from evalsentry.history.store import History
 from tests.conftest import make_read_only
 from tests.models import TRUSTED_YAML
 from tests.synthetic import accuracy_mask, record_week

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from evalsentry.cli import main
-from evalsentry.history import History
+from evalsentry.history.store import History
 from tests.models import TRUSTED_YAML
 from tests.unit.test_cli_gate import config, drop_weeks, record_production
 

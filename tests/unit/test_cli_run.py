@@ -54,7 +54,7 @@ def test_run_refuses_a_malformed_week_before_starting_prefect() -> None:
 
 def test_temporary_prefect_server_gets_time_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without PREFECT_API_URL, the temporary server's startup limit is raised (fresh machines need ~16 s)."""
-    from evalsentry.orchestration import EPHEMERAL_STARTUP_ENV, ensure_prefect_api
+    from evalsentry.evaluation.orchestration import EPHEMERAL_STARTUP_ENV, ensure_prefect_api
 
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv(
@@ -69,8 +69,8 @@ def test_run_with_nothing_to_evaluate_exits_2_before_starting_prefect(
     tmp_path: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An empty registry, or a mistyped model, is one line and exit 2, with no server started."""
+    from evalsentry.checkpoints.registry import Registry
     from evalsentry.cli import main
-    from evalsentry.registry import Registry
 
     config = tmp_path / "evalsentry.yaml"
     config.write_text("store: store\nregistry: registry\n")

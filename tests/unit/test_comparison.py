@@ -10,7 +10,8 @@ import pytest
 from numpy.typing import NDArray
 from scipy import stats
 
-from evalsentry.comparison import (
+from evalsentry.config import GatePolicy, Tolerance
+from evalsentry.gate.comparison import (
     Measurement,
     Unit,
     allowed_examples,
@@ -18,9 +19,8 @@ from evalsentry.comparison import (
     detectable_of,
     measure,
 )
-from evalsentry.config import GatePolicy, Tolerance
-from evalsentry.gate import Verdict
-from evalsentry.margin import margin_p
+from evalsentry.gate.margin import margin_p
+from evalsentry.gate.week import Verdict
 from tests.synthetic import CLASSES, predictions, simulated_pair
 
 Columns = dict[str, NDArray[Any]]

@@ -11,7 +11,10 @@ import pytest
 from scipy.stats import chi2_contingency, false_discovery_control, ks_2samp
 
 from evalsentry.config import DriftPolicy
-from evalsentry.drift import (
+from evalsentry.errors import EvalsetError
+from evalsentry.evalsets.evalset import InputsSpec, load_evalset
+from evalsentry.evalsets.freeze import freeze_evalset
+from evalsentry.gate.drift import (
     DEFAULT_ROW_SUMMARIES,
     DriftResult,
     class_psi,
@@ -22,11 +25,8 @@ from evalsentry.drift import (
     psi,
     read_live,
 )
-from evalsentry.errors import EvalsetError
-from evalsentry.evalsets import InputsSpec, load_evalset
-from evalsentry.freeze import freeze_evalset
-from evalsentry.history import History
-from evalsentry.verdicts import Verdict
+from evalsentry.gate.verdicts import Verdict
+from evalsentry.history.store import History
 
 
 @pytest.fixture

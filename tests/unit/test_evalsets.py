@@ -16,7 +16,7 @@ import torch
 import yaml
 
 from evalsentry.errors import ConfigError, EvalsetError, EvalsetInvalid, EvalsetTampered
-from evalsentry.evalsets import (
+from evalsentry.evalsets.evalset import (
     EvalsetSpec,
     InputsSpec,
     check_evalset,
@@ -24,8 +24,13 @@ from evalsentry.evalsets import (
     read_spec,
     validate_evalset,
 )
-from evalsentry.freeze import freeze_evalset, seal_evalset
-from evalsentry.identity import RESULT_FIELDS, EvalsetFieldChanged, field_digests, identity_gaps
+from evalsentry.evalsets.freeze import freeze_evalset, seal_evalset
+from evalsentry.evalsets.identity import (
+    RESULT_FIELDS,
+    EvalsetFieldChanged,
+    field_digests,
+    identity_gaps,
+)
 
 ROWS = 60
 # Recorded in every history that ever evaluated the shipped digits evalset.
@@ -490,7 +495,7 @@ class TestHashCache:
         self, frozen: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """Verifying the same unchanged evalset twice hashes its files once."""
-        import evalsentry.evalsets as module
+        import evalsentry.evalsets.evalset as module
 
         calls: list[str] = []
         real = module.sha256_file
@@ -585,7 +590,7 @@ WRAP = """
 import sys, warnings
 import pyarrow as pa
 import torch
-from evalsentry.evalsets import shared_tensor
+from evalsentry.evalsets.evalset import shared_tensor
 warnings.simplefilter("error")
 array = pa.array([1.0, 2.0, 3.0]).to_numpy()
 assert not array.flags.writeable

@@ -234,9 +234,9 @@ class TestEvalsentryRefusesPrograms:
         self, program: tuple[Path, nn.Module], tmp_path: Path
     ) -> None:
         """A .pt2, plain or carrying a pickle, is refused by name before anything is read."""
-        from evalsentry.checkpoint import check_archive, load_checkpoint
+        from evalsentry.checkpoints.checkpoint import check_archive, load_checkpoint
+        from evalsentry.checkpoints.registry import Registry
         from evalsentry.errors import UnsafeCheckpoint
-        from evalsentry.registry import Registry
         from evalsentry.trust import Trust
 
         marker = tmp_path / "ran"

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalsentry.history import History
+from evalsentry.history.store import History
 from tests.synthetic import accuracy_mask, record_week
 
 ROOT = Path(__file__).parents[2]
@@ -61,8 +61,8 @@ def test_candidate_evaluation_is_wired_once() -> None:
 
 def test_dense_and_sparse_swaps_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     """The dense product the gate uses for small comparisons gives the sparse one's values."""
-    from evalsentry import resampling
-    from evalsentry.metrics import get_metric
+    from evalsentry.gate import resampling
+    from evalsentry.gate.metrics import get_metric
 
     rng = np.random.default_rng(5)
     n, k = 400, 4

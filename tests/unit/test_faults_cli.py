@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from evalsentry.history import EVALUATIONS_SCHEMA, History
+from evalsentry.history.store import EVALUATIONS_SCHEMA, History
 from tests.models import TRUST, TRUSTED_YAML, Marker, TinyNet
 from tests.synthetic import accuracy_mask, pre_ledger, record_week
 from tests.unit.test_cli_registry import run_cli
@@ -61,9 +61,9 @@ def test_f4_checkpoint_replaced_after_registration_is_refused(
     project: Path, toy_checkpoints: dict[str, Path]
 ) -> None:
     """4: `registry` pins the hash; `run`'s evaluation of a replaced file refuses it (see flows)."""
-    from evalsentry.checkpoint import load_checkpoint
+    from evalsentry.checkpoints.checkpoint import load_checkpoint
+    from evalsentry.checkpoints.registry import Registry
     from evalsentry.errors import CheckpointChanged
-    from evalsentry.registry import Registry
 
     entry = Registry(str(project / "registry")).register(
         toy_checkpoints["good"], "toy-model", trust=TRUST
@@ -358,7 +358,7 @@ def test_f35_store_that_is_a_file_fails_before_any_evaluation(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """35: `store:` naming a file: evaluate stops before inference, gate before reading; one line."""
-    from evalsentry import pipeline
+    from evalsentry.evaluation import pipeline
 
     def no_inference(*args: object, **kwargs: object) -> None:
         raise AssertionError("evaluated although the store cannot be written")

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from evalsentry.config import GatePolicy, Tolerance
-from evalsentry.drift import DriftResult
-from evalsentry.gate import Comparison, GateReport, Verdict, gate_candidate, gate_week
-from evalsentry.history import History
+from evalsentry.gate.drift import DriftResult
+from evalsentry.gate.week import Comparison, GateReport, Verdict, gate_candidate, gate_week
+from evalsentry.history.store import History
 from tests.synthetic import accuracy_mask, record_week
 
 N = 1000
@@ -351,7 +351,7 @@ def test_align_reorders_the_reference_and_refuses_other_examples() -> None:
     """Pairs are matched by example id, whatever the order; different example sets do not pair."""
     import numpy as np
 
-    from evalsentry.gate import align
+    from evalsentry.gate.week import align
 
     reference = {"example_id": np.array(["b", "a", "c"]), "prediction": np.array([2, 1, 3])}
     current = {"example_id": np.array(["a", "b", "c"]), "prediction": np.array([0, 0, 0])}
@@ -557,7 +557,7 @@ class TestDriftIsAVerdict:
 class TestNames:
     def test_a_version_read_back_as_a_float_still_reads_as_an_integer(self) -> None:
         """Parquet gives a fanned-out week's versions back as floats: m@v2, never m@v2.0."""
-        from evalsentry.pipeline import Target
+        from evalsentry.evaluation.pipeline import Target
 
         comparison = judged(Verdict.FAIL, version=np.float64(2.0))
         report = GateReport("2026-W41", [comparison])
@@ -569,7 +569,7 @@ class TestNames:
     def test_a_candidate_file_is_named_by_its_sha256(self) -> None:
         """A file evaluated as a candidate names its bytes (`m (candidate 9ae2a1ad)`), in the
         headline, the task name part and the progress artifact's label alike."""
-        from evalsentry.pipeline import Target
+        from evalsentry.evaluation.pipeline import Target
 
         sha = "9ae2a1ad" + "0" * 56
         comparison = judged(Verdict.FAIL, version=None, checkpoint_sha256=sha)

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from evalsentry.checkpoint import load_checkpoint
+from evalsentry.checkpoints.checkpoint import load_checkpoint
+from evalsentry.checkpoints.lineage import read_lineage_file
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.cli import main
 from evalsentry.config import Config
 from evalsentry.errors import CheckpointError, ConfigError, NoLineage, UnknownLayout
-from evalsentry.evalsets import load_evalset
-from evalsentry.history import History
-from evalsentry.lineage import read_lineage_file
-from evalsentry.pipeline import Target, evaluate_checkpoint, record
-from evalsentry.registry import Registry
+from evalsentry.evalsets.evalset import load_evalset
+from evalsentry.evaluation.pipeline import Target, evaluate_checkpoint, record
+from evalsentry.history.store import History
 from evalsentry.storage import sha256_file
 from tests.conftest import _teacher
 from tests.models import TRUST, TRUSTED_YAML, TinyNet

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from evalsentry.errors import HistoryError
-from evalsentry.history import SCHEMA_VERSION, History
+from evalsentry.history.store import SCHEMA_VERSION, History
 from evalsentry.names import CANDIDATE_CHECK, RUN_KINDS, STAGES, WEEKLY_RUN
 from evalsentry.weeks import iso_week
 from tests.synthetic import accuracy_mask, pre_ledger, record_week
@@ -106,7 +106,7 @@ class TestAppendOnly:
         self, store: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """A run that died before its ledger file (the commit) leaves nothing in the view."""
-        from evalsentry.ledger import Ledger
+        from evalsentry.history.ledger import Ledger
 
         history = History(str(store))
         kept = record_week(history, "2026-W40", accuracy_mask(N, 0.9))
@@ -124,7 +124,7 @@ class TestAppendOnly:
 WRITER = textwrap.dedent(
     """
     import sys
-    from evalsentry.history import History
+    from evalsentry.history.store import History
     from tests.synthetic import accuracy_mask, pre_ledger, record_week
     history = History(sys.argv[1])
     for i in range(int(sys.argv[3])):
@@ -136,7 +136,7 @@ STALLED_WRITER = textwrap.dedent(
     """
     import os, sys, time
     import evalsentry.storage as storage
-    from evalsentry.history import History
+    from evalsentry.history.store import History
     from tests.synthetic import accuracy_mask, pre_ledger, record_week
     def stall(fd):
         print("writing", flush=True)
@@ -231,7 +231,7 @@ class TestCompaction:
         """After compaction each table is one file; the read views and the gate are unchanged."""
         from evalsentry.cli import main
         from evalsentry.config import GatePolicy
-        from evalsentry.gate import gate_week
+        from evalsentry.gate.week import gate_week
 
         history = History(str(store))
         for week in range(40, 45):

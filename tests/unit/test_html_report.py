@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from evalsentry.config import Config
-from evalsentry.cost import ledger
-from evalsentry.gate import Comparison, GateReport, Verdict, gate_week
-from evalsentry.history import History
-from evalsentry.html_report import render_report
+from evalsentry.cost.meter import ledger
+from evalsentry.gate.week import Comparison, GateReport, Verdict, gate_week
+from evalsentry.history.store import History
+from evalsentry.reports.html_report import render_report
 from tests.synthetic import accuracy_mask, record_week
 
 N = 500
@@ -95,7 +95,7 @@ def test_report_renders_the_gate_report_it_is_given(
     weeks: tuple[History, Config], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The HTML shows the flow's own verdicts (an invalid evalset's ERROR too) and gates nothing."""
-    import evalsentry.gate
+    import evalsentry.gate.week
 
     history, config = weeks
     report = gate_week(history, "2026-W43", config.gate)
@@ -107,7 +107,7 @@ def test_report_renders_the_gate_report_it_is_given(
     def no_second_gate(*args: object, **kwargs: object) -> None:
         raise AssertionError("the HTML report ran a gate of its own")
 
-    monkeypatch.setattr(evalsentry.gate, "gate_week", no_second_gate)
+    monkeypatch.setattr(evalsentry.gate.week, "gate_week", no_second_gate)
     html = render_report(history, given)
     assert ">ERROR</span>" in html and "every checkpoint on other" in html
     assert "4 regression(s), 1 error(s)" in html
@@ -160,7 +160,7 @@ def test_a_report_of_an_earlier_week_shows_nothing_after_it(
     weeks: tuple[History, Config], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """W41's report, rendered once W42 and W43 exist, charts and bills W40 and W41 only."""
-    from evalsentry import html_report
+    from evalsentry.reports import html_report
 
     history, config = weeks
     charted: list[list[str]] = []
@@ -181,7 +181,7 @@ def test_a_week_failing_only_against_the_baseline_is_no_green_dot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Same as last week (no FAIL) but far below the baseline (FAIL): the week's dot is the FAIL."""
-    from evalsentry import html_report
+    from evalsentry.reports import html_report
 
     history = History(str(tmp_path / "store"))
     good = accuracy_mask(N, 0.9)

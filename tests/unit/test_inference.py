@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from evalsentry.checkpoint import load_checkpoint
+from evalsentry.checkpoints.checkpoint import load_checkpoint
 from evalsentry.errors import NonFiniteOutput, UsageError
-from evalsentry.evalsets import Evalset, InputsSpec, load_evalset
-from evalsentry.freeze import freeze_evalset
-from evalsentry.inference import (
+from evalsentry.evalsets.evalset import Evalset, InputsSpec, load_evalset
+from evalsentry.evalsets.freeze import freeze_evalset
+from evalsentry.evaluation.inference import (
     ForwardRaised,
     OutputContractViolation,
     exception_line,
@@ -122,7 +122,7 @@ class TestFailures:
     ) -> None:
         """A CUDA OOM halves the batch size, logs it, and the evaluation still completes."""
         model = OOMAbove(limit=40)
-        with caplog.at_level(logging.WARNING, logger="evalsentry.inference"):
+        with caplog.at_level(logging.WARNING, logger="evalsentry.evaluation.inference"):
             result = run_inference(model, evalset, device="cpu", batch_size=256)
         assert result.batch_size == 32 and result.oom_retries == 3
         assert result.num_examples == 300

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from evalsentry.checkpoints.lineage import NotInGitRepo, check_json_config, data_sha256, git_state
 from evalsentry.errors import ConfigError, UsageError
-from evalsentry.lineage import NotInGitRepo, check_json_config, data_sha256, git_state
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -107,8 +107,8 @@ class TestDataHash:
         self, tmp_path: Path, pinned_git: str, data: object, named: str, problem: str
     ) -> None:
         """data= that names no training data is one error naming it and what to pass."""
-        from evalsentry.checkpoint import save_checkpoint
-        from evalsentry.lineage import BadTrainingData
+        from evalsentry.checkpoints.checkpoint import save_checkpoint
+        from evalsentry.checkpoints.lineage import BadTrainingData
         from tests.models import TinyNet
 
         (tmp_path / "empty").mkdir()

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import evalsentry.margin as margin_module
-from evalsentry.margin import (
+import evalsentry.gate.margin as margin_module
+from evalsentry.gate.margin import (
     GAMMA,
     GRID_SLACK,
     MarginTest,
@@ -19,7 +19,7 @@ from evalsentry.margin import (
     margin_p,
     tango_z,
 )
-from evalsentry.stats import mcnemar_p
+from evalsentry.gate.stats import mcnemar_p
 
 ALPHA = 0.05
 

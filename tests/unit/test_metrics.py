@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 from scipy import stats
 
-from evalsentry.metrics import (
+from evalsentry.gate.metrics import (
     DEFAULT_METRICS,
     ECE_BINS,
     METRICS,

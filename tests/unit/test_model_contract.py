@@ -17,9 +17,9 @@ import yaml
 from torch import nn
 
 from evalsentry.cli import main
-from evalsentry.evalsets import Evalset, InputsSpec, load_evalset, read_spec
-from evalsentry.freeze import freeze_evalset
-from evalsentry.inference import (
+from evalsentry.evalsets.evalset import Evalset, InputsSpec, load_evalset, read_spec
+from evalsentry.evalsets.freeze import freeze_evalset
+from evalsentry.evaluation.inference import (
     ForwardRaised,
     InputMismatch,
     OutputContractViolation,
@@ -417,8 +417,8 @@ class TestProbabilityOutputs:
 
     def test_outputs_is_part_of_the_identity_and_pinned(self, tmp_path: Path) -> None:
         """Frozen as probabilities, the manifest says so; editing it back is a changed field."""
-        from evalsentry.evalsets import check_manifest
-        from evalsentry.identity import EvalsetFieldChanged
+        from evalsentry.evalsets.evalset import check_manifest
+        from evalsentry.evalsets.identity import EvalsetFieldChanged
 
         features(tmp_path, 4, name="plain")
         rng = np.random.default_rng(4)

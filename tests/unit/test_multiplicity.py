@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evalsentry.multiplicity import benjamini_hochberg, effective_levels, family_adjusted
+from evalsentry.gate.multiplicity import benjamini_hochberg, effective_levels, family_adjusted
 
 ALPHA = 0.05
 

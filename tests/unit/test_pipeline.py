@@ -12,14 +12,14 @@ import pytest
 import torch
 from torch import nn
 
-from evalsentry.checkpoint import load_checkpoint, save_checkpoint
+from evalsentry.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 from evalsentry.config import Config
-from evalsentry.cost import CostMeter, Measurement, cost_fields
-from evalsentry.evalsets import load_evalset
-from evalsentry.history import History
-from evalsentry.inference import run_inference
-from evalsentry.isolation import idle_pids, prestart, shutdown
-from evalsentry.pipeline import Outcome, Target, evaluate_checkpoint, new_run_id, record
+from evalsentry.cost.meter import CostMeter, Measurement, cost_fields
+from evalsentry.evalsets.evalset import load_evalset
+from evalsentry.evaluation.inference import run_inference
+from evalsentry.evaluation.isolation import idle_pids, prestart, shutdown
+from evalsentry.evaluation.pipeline import Outcome, Target, evaluate_checkpoint, new_run_id, record
+from evalsentry.history.store import History
 from evalsentry.storage import sha256_file
 from tests.models import (
     TRUST,
@@ -294,7 +294,7 @@ class TestIsolation:
             factory_kwargs={"limit": 200},
         )
         seen: list[tuple[int, int]] = []
-        with caplog.at_level(logging.WARNING, logger="evalsentry.inference"):
+        with caplog.at_level(logging.WARNING, logger="evalsentry.evaluation.inference"):
             outcome = evaluate_checkpoint(
                 target(path),
                 load_evalset(toy_evalset),

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.errors import (
     CheckpointNotFound,
     ConfigError,
@@ -18,7 +19,6 @@ from evalsentry.errors import (
     NotRegistered,
     UnsafeCheckpoint,
 )
-from evalsentry.registry import Registry
 from evalsentry.storage import sha256_file
 from tests.models import TRUST, Marker, TinyNet
 
@@ -32,7 +32,7 @@ def registry(tmp_path: Path) -> Registry:
 @pytest.fixture
 def retrained(tmp_path: Path, pinned_git: str, train_data: Path) -> list[Path]:
     """Eight checkpoints of the same model line, each with other weights (other files)."""
-    from evalsentry.checkpoint import save_checkpoint
+    from evalsentry.checkpoints.checkpoint import save_checkpoint
 
     paths = []
     for seed in range(8):

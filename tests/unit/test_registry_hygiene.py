@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from evalsentry.checkpoint import save_checkpoint
+from evalsentry.checkpoints.checkpoint import save_checkpoint
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.cli import main
 from evalsentry.config import load_config
 from evalsentry.errors import RegistryError
-from evalsentry.evalsets import load_evalset
-from evalsentry.history import History
+from evalsentry.evalsets.evalset import load_evalset
+from evalsentry.evaluation.pipeline import Target, evaluate_checkpoint, record, resolve_targets
+from evalsentry.history.store import History
 from evalsentry.names import WEEKLY_STAGES
-from evalsentry.pipeline import Target, evaluate_checkpoint, record, resolve_targets
-from evalsentry.registry import Registry
 from tests.models import TRUST, TRUSTED_YAML, TinyNet
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import xmlschema
 
-from evalsentry.gate import Comparison, GateReport, Verdict
-from evalsentry.report import gate_junit, gate_markdown
+from evalsentry.gate.week import Comparison, GateReport, Verdict
+from evalsentry.reports.report import gate_junit, gate_markdown
 
 JUNIT_XSD = Path(__file__).parents[1] / "data" / "junit.xsd"
 
@@ -220,7 +220,7 @@ class TestWeeklyMarkdown:
 
     def test_headline_and_a_narrow_summary_lead_and_details_follow(self) -> None:
         """The report opens with the headline and one short row per metric; the wide table is below."""
-        from evalsentry.report import weekly_markdown
+        from evalsentry.reports.report import weekly_markdown
 
         report = self.regressed_week()
         text = weekly_markdown(report, [], [], {})
@@ -243,7 +243,7 @@ class TestWeeklyMarkdown:
 
     def test_candidates_get_a_production_column_and_first_weeks_say_baseline(self) -> None:
         """A candidate's row compares with production; a first week says it becomes the baseline."""
-        from evalsentry.report import summary_table
+        from evalsentry.reports.report import summary_table
 
         candidate = judged(Verdict.FAIL, reference="production", version=None, gating=False)
         first = judged(Verdict.BASELINE, "*", reference="none", model="new", delta=None, value=None)
@@ -254,7 +254,7 @@ class TestWeeklyMarkdown:
 
     def test_an_invalid_evalset_is_a_row_of_its_own(self) -> None:
         """Nothing ran on a tampered evalset: one ERROR row for every checkpoint, first."""
-        from evalsentry.report import summary_table
+        from evalsentry.reports.report import summary_table
 
         invalid = judged(
             Verdict.ERROR,
@@ -280,7 +280,7 @@ class TestArtifactHelpers:
 
         import numpy as np
 
-        from evalsentry.report import metrics_table
+        from evalsentry.reports.report import metrics_table
 
         evaluations = [{"evaluation_id": "e", "model": "m", "version": 2, "stage": "production"}]
         metrics = [
@@ -316,7 +316,7 @@ class TestArtifactHelpers:
         to file://, which browsers refuse from a web page; a store that cannot sign says so."""
         import fsspec
 
-        from evalsentry.report import DEFAULT_REPORTS_URL, browser_link
+        from evalsentry.reports.report import DEFAULT_REPORTS_URL, browser_link
 
         local, note = browser_link(fsspec.filesystem("file"), str(tmp_path / "r 1.html"))
         assert local == f"{DEFAULT_REPORTS_URL}/r%201.html" and "serve-reports" in note
@@ -329,7 +329,7 @@ class TestArtifactHelpers:
 
     def test_file_stem_keeps_run_names_and_tames_others(self) -> None:
         """A generated run name is its own file name; slashes and spaces cannot make folders."""
-        from evalsentry.report import file_stem
+        from evalsentry.reports.report import file_stem
 
         assert (
             file_stem("weekly-eval-2026-W49-manual-3f9a1c") == "weekly-eval-2026-W49-manual-3f9a1c"

@@ -9,8 +9,8 @@ import pytest
 from numpy.typing import NDArray
 from scipy import stats
 
-from evalsentry.metrics import compute_metrics, default_metrics, get_metric
-from evalsentry.resampling import permutation_p_values, swap_values
+from evalsentry.gate.metrics import compute_metrics, default_metrics, get_metric
+from evalsentry.gate.resampling import permutation_p_values, swap_values
 from tests.synthetic import classification, simulated_pair
 
 Columns = dict[str, NDArray[Any]]

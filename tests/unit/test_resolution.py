@@ -11,16 +11,16 @@ import pytest
 
 from evalsentry.cli import main
 from evalsentry.config import GatePolicy, Tolerance, load_config
-from evalsentry.history import History
-from evalsentry.pipeline import tolerance_warnings
-from evalsentry.resolution import (
+from evalsentry.evaluation.pipeline import tolerance_warnings
+from evalsentry.gate.resolution import (
     ASSUMED_CHURN,
     certifiable_tolerance,
     pass_probability,
     resolutions,
     rows_needed,
 )
-from evalsentry.stats import drop_upper_bound, within_tolerance
+from evalsentry.gate.stats import drop_upper_bound, within_tolerance
+from evalsentry.history.store import History
 from tests.models import TRUST, TRUSTED_YAML
 
 ALPHA = 0.05
@@ -223,9 +223,9 @@ class TestWhereItIsSaid:
     ) -> None:
         """`evalsentry run` checks, before Prefect starts, and prints each warning as one line on
         stderr; nothing is refused (the run would go on)."""
+        from evalsentry.checkpoints.registry import Registry
         from evalsentry.cli.runs import _something_to_evaluate
         from evalsentry.config import load_config
-        from evalsentry.registry import Registry
 
         (project / "evalsentry.yaml").write_text(
             f"evalsets: evalsets\nstore: store\nregistry: registry\n{TRUSTED_YAML}"

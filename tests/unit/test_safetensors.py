@@ -11,10 +11,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from evalsentry.checkpoint import load_checkpoint, save_checkpoint
+from evalsentry.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.cli import main
 from evalsentry.errors import UntrustedFactory, UsageError
-from evalsentry.registry import Registry
 from evalsentry.trust import Trust
 from tests.conftest import _teacher
 from tests.models import TRUST, TRUSTED_YAML, TiedNet, TinyNet

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evalsentry.serve import report_server
+from evalsentry.reports.serve import report_server
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 from scipy import stats
 
-from evalsentry.stats import (
+from evalsentry.gate.stats import (
     PairedResult,
     beyond,
     drop_upper_bound,

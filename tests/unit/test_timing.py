@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 import torch
 
-from evalsentry.evalsets import load_evalset
-from evalsentry.pipeline import Outcome
-from evalsentry.timing import PairedTiming, TimingPair, slowdown_comparison, time_pair
-from evalsentry.verdicts import Verdict
+from evalsentry.evalsets.evalset import load_evalset
+from evalsentry.evaluation.pipeline import Outcome
+from evalsentry.evaluation.speed import PairedTiming, time_pair
+from evalsentry.evaluation.timing import TimingPair, slowdown_comparison
+from evalsentry.gate.verdicts import Verdict
 from tests.models import SlowNet, TinyNet
 
 THRESHOLD = 0.25

@@ -12,17 +12,17 @@ from typing import Any
 import pytest
 import torch
 
-from evalsentry.checkpoint import load_checkpoint, read_payload, save_checkpoint
-from evalsentry.config import CostRates
-from evalsentry.cost import CostMeter
-from evalsentry.registry import Registry
-from evalsentry.training import (
+from evalsentry.checkpoints.checkpoint import load_checkpoint, read_payload, save_checkpoint
+from evalsentry.checkpoints.registry import Registry
+from evalsentry.checkpoints.training import (
     TRAINING_COST_FIELDS,
     BadTrainingCost,
     TrainingRun,
     device_type,
     track_training,
 )
+from evalsentry.config import CostRates
+from evalsentry.cost.meter import CostMeter
 from tests.models import TRUST, TinyNet
 
 #: 100 W for half an hour is 0.05 kWh; at 0.5 kg/kWh, 0.025 kg; at 2 per hour, 1.0.
@@ -94,7 +94,7 @@ class TestTrackTraining:
                 closed.append(True)
                 super().close()
 
-        monkeypatch.setattr("evalsentry.training.CostMeter", SpyMeter)
+        monkeypatch.setattr("evalsentry.checkpoints.training.CostMeter", SpyMeter)
         with (
             pytest.raises(RuntimeError, match="loss is NaN"),
             track_training(

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from evalsentry import units
 from evalsentry.cli import main
-from evalsentry.history import History
+from evalsentry.cost import units
+from evalsentry.history.store import History
 from tests.models import TRUSTED_YAML
 from tests.synthetic import accuracy_mask, record_week
 
@@ -242,8 +242,8 @@ def test_cost_command_prints_human_units(
 
 def test_weekly_markdown_bills_in_human_units() -> None:
     """The Markdown report's lineage-and-cost row and its bill line use human units."""
-    from evalsentry.gate import GateReport
-    from evalsentry.report import weekly_markdown
+    from evalsentry.gate.week import GateReport
+    from evalsentry.reports.report import weekly_markdown
 
     row = {
         "evaluation_id": "a",

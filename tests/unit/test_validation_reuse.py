@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from evalsentry import evalsets, validation_cache
 from evalsentry.errors import EvalsetTampered
-from evalsentry.validation_cache import ValidationCache, check_evalset_reusing
+from evalsentry.evalsets import evalset as evalsets
+from evalsentry.evalsets import validation_cache
+from evalsentry.evalsets.validation_cache import ValidationCache, check_evalset_reusing
 from tests.models import TRUSTED_YAML
 
 PASSED = {"success": True, "evaluated": 3, "failed": 0, "outcomes": []}
@@ -132,9 +133,9 @@ def test_candidate_evaluation_records_reuse_in_the_history(
     full_runs: list[str],
 ) -> None:
     """A second candidate run records the reused validation, naming the first run, in its row."""
-    from evalsentry.candidate import candidate_evalsets, evaluate_candidate
     from evalsentry.config import load_config
-    from evalsentry.history import History
+    from evalsentry.evaluation.candidate import candidate_evalsets, evaluate_candidate
+    from evalsentry.history.store import History
 
     config = tmp_path / "evalsentry.yaml"
     config.write_text(

@@ -1,0 +1,6 @@
+"""Frozen, hash-pinned evaluation sets.
+
+Owns: the evalset folder and its manifest (``evalset``), freezing one (``freeze``), its
+identity hash (``identity``), the Great Expectations check of its data (``validation``) and the
+cache of passed checks (``validation_cache``). Imports the root modules only.
+"""
