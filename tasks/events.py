@@ -21,11 +21,11 @@ from evalsentry.gate.week import Comparison, GateReport
 from evalsentry.reports.alerts import comparison_row, summary
 
 WEEK_FAILED = "evalsentry.week.failed"
-CANDIDATE_FAILED = "evalsentry.evaluation.candidate.failed"
+CANDIDATE_FAILED = "evalsentry.candidate.failed"
 REGRESSION = "evalsentry.regression.detected"
 EVALSET_INVALID = "evalsentry.evalset.invalid"
-CHECKPOINT_FAILED = "evalsentry.checkpoints.checkpoint.failed"
-DRIFT = "evalsentry.gate.drift.detected"
+CHECKPOINT_FAILED = "evalsentry.checkpoint.failed"
+DRIFT = "evalsentry.drift.detected"
 
 
 def _model(name: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # what __getattr__ below loads on first use, declared for typ
     from evalsentry.evalsets.evalset import load_evalset
     from evalsentry.evalsets.freeze import freeze_evalset
     from evalsentry.evaluation.inference import run_inference
+    from evalsentry.trust import Trust
 
 __version__ = "0.1.0"
 
@@ -30,10 +31,12 @@ _LAZY = {
     "run_inference": "evalsentry.evaluation.inference",
     "track_training": "evalsentry.checkpoints.training",
     "TrainingRun": "evalsentry.checkpoints.training",
+    "Trust": "evalsentry.trust",
 }
 __all__ = [
     "Registry",
     "TrainingRun",
+    "Trust",
     "__version__",
     "freeze_evalset",
     "load_checkpoint",

@@ -78,7 +78,7 @@ def test_f5_checkpoint_swapped_for_a_malicious_pickle_is_refused_unrun(
     assert not marker.exists()
     frame = _history(toy_project).evaluations().set_index("model")
     assert frame.loc["swapped", "status"] == "error" and frame.loc["toy-model", "status"] == "ok"
-    assert wait_for_events("evalsentry.checkpoints.checkpoint.failed", "evalsentry.model.swapped")
+    assert wait_for_events("evalsentry.checkpoint.failed", "evalsentry.model.swapped")
 
 
 def test_f8_two_runs_of_the_same_week_at_once_lose_nothing(toy_project: Path) -> None:
