@@ -15,7 +15,7 @@ TRUSTED_FACTORIES = (
     "tests.models",
     "tests.models:tiny_net",
     "tests.models:exploding_factory",
-    "tests.unit.test_inference",
+    "tests.unit.evaluation.test_inference",
 )
 TRUST = Trust(TRUSTED_FACTORIES)
 #: The same, as a line of evalsentry.yaml.

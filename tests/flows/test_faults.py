@@ -19,7 +19,7 @@ from evalsentry.flows.weekly_eval import weekly_eval
 from evalsentry.history.store import History
 from tests.flows.api import wait_for_events
 from tests.models import TRUST, Marker, TinyNet
-from tests.unit.test_evalsets import rewrite
+from tests.unit.evalsets.test_evalsets import rewrite
 
 
 def _history(config: Path) -> History:

@@ -25,7 +25,7 @@ from evalsentry.weeks import iso_week
 from tests.flows.api import alerts_of, run_logs, run_name, task_runs
 from tests.flows.test_s3_store import s3_endpoint, s3_project  # noqa: F401 - fixtures, moto on loopback
 from tests.models import TRUST, SlowNet
-from tests.unit.test_evalsets import edit
+from tests.unit.evalsets.test_evalsets import edit
 
 
 def history(config: Path) -> History:

@@ -89,7 +89,7 @@ def test_a_misspelt_drift_entry_is_refused_not_ignored(tmp_path: Path) -> None:
 
 def test_drift_features_for_named_columns_are_refused_before_a_run(tmp_path: Path) -> None:
     """Row summaries listed for an evalset with named columns: refused before any evaluation."""
-    from tests.unit.test_drift import freeze_tabular
+    from tests.unit.gate.test_drift import freeze_tabular
 
     freeze_tabular(tmp_path / "evalsets")
     config = _config(tmp_path, "drift:\n  features:\n    tab: [mean]\n")

@@ -16,7 +16,7 @@ from evalsentry.checkpoints.registry import Registry
 from evalsentry.cli import main
 from tests.conftest import _teacher
 from tests.models import TRUSTED_YAML
-from tests.unit.test_handwritten_checkpoints import LINEAGE
+from tests.unit.checkpoints.test_handwritten_checkpoints import LINEAGE
 
 MODEL = {"factory": "tests.models:TinyNet", "kwargs": {"features": 4, "classes": 3, "hidden": 8}}
 

@@ -99,7 +99,7 @@ class TestStrayModules:
         import shutil
 
         from tests.conftest import _teacher
-        from tests.unit.test_handwritten_checkpoints import LINEAGE
+        from tests.unit.checkpoints.test_handwritten_checkpoints import LINEAGE
 
         project = tmp_path / "project"
         project.mkdir()
@@ -305,7 +305,7 @@ class TestOddText:
         from evalsentry.cli import main
         from evalsentry.history.store import History
         from tests import synthetic
-        from tests.unit.test_report import JUNIT_XSD
+        from tests.unit.reports.test_report import JUNIT_XSD
 
         plain = synthetic.predictions
 

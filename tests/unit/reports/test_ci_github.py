@@ -26,7 +26,7 @@ from evalsentry.reports.ci_github import (
     workflow_annotations,
     workflow_command,
 )
-from tests.unit.test_report import comparison, mixed_report
+from tests.unit.reports.test_report import comparison, mixed_report
 
 MARKER = "<!-- evalsentry:digits -->"
 

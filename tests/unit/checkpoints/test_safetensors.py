@@ -18,7 +18,7 @@ from evalsentry.errors import UntrustedFactory, UsageError
 from evalsentry.trust import Trust
 from tests.conftest import _teacher
 from tests.models import TRUST, TRUSTED_YAML, TiedNet, TinyNet
-from tests.unit.test_cli_gate import evaluate_candidate, record_production
+from tests.unit.cli.test_cli_gate import evaluate_candidate, record_production
 
 KWARGS = {"features": 4, "classes": 3, "hidden": 8}
 FACTORY = ["--factory", "tests.models:TinyNet", "--factory-kwargs", json.dumps(KWARGS)]

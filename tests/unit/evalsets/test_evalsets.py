@@ -570,7 +570,7 @@ class TestValidation:
 
 def test_shipped_digits_evalset_verifies() -> None:
     """The digits evalset shipped with the project verifies and validates."""
-    root = Path(__file__).parents[2] / "evalsets"
+    root = Path(__file__).parents[3] / "evalsets"
     summary = validate_evalset("digits", root)
     evalset = load_evalset("digits", evalsets_dir=root)
     assert summary.success
@@ -581,7 +581,7 @@ def test_shipped_digits_evalset_verifies() -> None:
 
 def test_shipped_digits_evalset_keeps_its_recorded_sha() -> None:
     """The shipped digits evalset is identity version 1 and its recorded sha is unchanged."""
-    spec = read_spec(Path(__file__).parents[2] / "evalsets" / "digits")
+    spec = read_spec(Path(__file__).parents[3] / "evalsets" / "digits")
     assert spec.identity_version == 1
     assert spec.evalset_sha256 == DIGITS_SHA == spec.identity()
 

@@ -13,7 +13,7 @@ import pytest
 from evalsentry.cli import main
 from tests.models import TRUSTED_YAML
 
-REPO = Path(__file__).parents[2]
+REPO = Path(__file__).parents[3]
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -12,9 +12,9 @@ import pytest
 from evalsentry.cli import main
 from evalsentry.history.store import History
 from tests.models import TRUSTED_YAML
-from tests.unit.test_cli_gate import config, drop_weeks, record_production
+from tests.unit.cli.test_cli_gate import config, drop_weeks, record_production
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import xmlschema
 from evalsentry.gate.week import Comparison, GateReport, Verdict
 from evalsentry.reports.report import gate_junit, gate_markdown
 
-JUNIT_XSD = Path(__file__).parents[1] / "data" / "junit.xsd"
+JUNIT_XSD = Path(__file__).parents[2] / "data" / "junit.xsd"
 
 
 def comparison(

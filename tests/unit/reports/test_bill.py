@@ -16,7 +16,7 @@ from evalsentry.history.store import History
 from evalsentry.reports.bill import DAYS_PER_MONTH, SHARED, WEEKS_PER_MONTH, Lifetime, lifetime
 from evalsentry.reports.html_report import PART_COLOUR, render_report
 from tests.synthetic import accuracy_mask, record_week
-from tests.unit.test_html_report import CHROMIUM, screenshot
+from tests.unit.reports.test_html_report import CHROMIUM, screenshot
 
 N = 400
 WEEKS = ("2026-W40", "2026-W41", "2026-W42")

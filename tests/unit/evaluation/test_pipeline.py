@@ -32,7 +32,7 @@ from tests.models import (
     TinyNet,
     TupleNet,
 )
-from tests.unit.test_inference import OOMAbove
+from tests.unit.evaluation.test_inference import OOMAbove
 
 #: Broken toy models by name: class, its kwargs beside the toy's (4 features, 8 hidden), and the
 #: one-line reason each must be recorded with (the toy evalset has 300 rows and 3 classes).

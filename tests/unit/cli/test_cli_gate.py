@@ -22,8 +22,8 @@ from evalsentry.history.store import History
 from tests.conftest import make_read_only
 from tests.models import TRUSTED_YAML
 from tests.synthetic import accuracy_mask, record_week
-from tests.unit.test_evalsets import edit
-from tests.unit.test_report import JUNIT_XSD, assert_counts_match_elements
+from tests.unit.evalsets.test_evalsets import edit
+from tests.unit.reports.test_report import JUNIT_XSD, assert_counts_match_elements
 
 N = 1000
 
@@ -406,7 +406,7 @@ class TestEvaluateCommand:
             "print(rc, sorted(m for m in ('typer', 'rich', 'torch') if m in sys.modules))"
         )
         # The trusted tests.models comes from PYTHONPATH: the working folder is never searched.
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
         result = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
         )

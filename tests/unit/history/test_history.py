@@ -148,7 +148,7 @@ STALLED_WRITER = textwrap.dedent(
 
 
 def _python(code: str, *args: str) -> subprocess.Popen[str]:
-    root = Path(__file__).parents[2]
+    root = Path(__file__).parents[3]
     env = {**os.environ, "PYTHONPATH": str(root)}
     return subprocess.Popen(
         [sys.executable, "-c", code, *args],

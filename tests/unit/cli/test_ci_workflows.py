@@ -34,7 +34,7 @@ from evalsentry.evaluation.pipeline import Target, evaluate_checkpoint, record
 from evalsentry.history.store import History
 from tests.models import TRUSTED_YAML
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 BIN = Path(sys.executable).parent
 ACTIONLINT = BIN / "actionlint"
 MODEL = "toy-model"

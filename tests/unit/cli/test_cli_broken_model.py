@@ -11,10 +11,10 @@ import pytest
 
 from evalsentry.history.store import History
 from tests.models import TRUSTED_YAML, RaisingNet, SleepingNet, TupleNet
-from tests.unit.test_faults_cli import one_line_error
-from tests.unit.test_pipeline import save_model
+from tests.unit.cli.test_faults_cli import one_line_error
+from tests.unit.evaluation.test_pipeline import save_model
 
-REPO = Path(__file__).parents[2]
+REPO = Path(__file__).parents[3]
 
 
 def evaluate_cli(checkpoint: Path, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ import pytest
 from evalsentry.history.store import History
 from tests.synthetic import accuracy_mask, record_week
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 HEAVY = ("torch", "great_expectations", "prefect", "scipy", "sklearn", "s3fs")
 
 

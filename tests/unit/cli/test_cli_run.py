@@ -13,7 +13,7 @@ import pytest
 
 from tests.models import TRUST
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 
 
 def _closed_port() -> int:

@@ -24,7 +24,7 @@ from evalsentry.history.store import History
 from tests.models import TRUST, TRUSTED_YAML
 
 ALPHA = 0.05
-DIGITS = Path(__file__).parents[2] / "evalsets" / "digits"
+DIGITS = Path(__file__).parents[3] / "evalsets" / "digits"
 FIVE = ["accuracy", "macro_f1", "nll", "ece", "top5_accuracy"]
 
 

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from evalsentry.cli import main
-from tests.unit.test_cli_registry import run_cli
+from tests.unit.cli.test_cli_registry import run_cli
 
-DIGITS = Path(__file__).parents[2] / "evalsets" / "digits"
+DIGITS = Path(__file__).parents[3] / "evalsets" / "digits"
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ class TestFreezeCommand:
         table = pq.read_table(folder / "data" / "part-000.parquet")
         labels = table.column("label").to_numpy().copy()
         labels[0] = 42
-        from tests.unit.test_evalsets import rewrite
+        from tests.unit.evalsets.test_evalsets import rewrite
 
         rewrite(folder, table.set_column(2, "label", pa.array(labels)))
         result = run_cli("evalset", "verify", "digits", cwd=project)
@@ -214,7 +214,7 @@ class TestPinnedFields:
         self, fresh: Path, capsys: pytest.CaptureFixture[str], field: str, value: object
     ) -> None:
         """Swapping two classes or narrowing the metrics after freeze fails verify, naming it."""
-        from tests.unit.test_evalsets import edit
+        from tests.unit.evalsets.test_evalsets import edit
 
         edit(fresh / "evalsets" / "toy", **{field: value})
         assert main(["evalset", "verify", "toy", "--config", str(fresh / "evalsentry.yaml")]) == 1
@@ -238,7 +238,7 @@ class TestVersion1Digits:
         self, unsealed: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """Swapping two classes in the (version-1) digits manifest fails verify, naming classes."""
-        from tests.unit.test_evalsets import edit
+        from tests.unit.evalsets.test_evalsets import edit
 
         edit(unsealed / "evalsets" / "digits", classes=[1, 0, 2, 3, 4, 5, 6, 7, 8, 9])
         assert main(["evalset", "verify", "digits", "--config", str(_config(unsealed))]) == 1
@@ -248,7 +248,7 @@ class TestVersion1Digits:
         self, unsealed: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """A metrics list added to the version-1 digits manifest is refused, pointing at seal."""
-        from tests.unit.test_evalsets import edit
+        from tests.unit.evalsets.test_evalsets import edit
 
         edit(unsealed / "evalsets" / "digits", metrics=["top5_accuracy"])
         assert main(["evalset", "verify", "digits", "--config", str(_config(unsealed))]) == 1
@@ -256,7 +256,7 @@ class TestVersion1Digits:
 
     def test_seal_keeps_the_sha_and_silences_the_warning(self, unsealed: Path) -> None:
         """Before seal verify warns that slices are unpinned; seal keeps the recorded sha."""
-        from tests.unit.test_evalsets import DIGITS_SHA
+        from tests.unit.evalsets.test_evalsets import DIGITS_SHA
 
         before = run_cli("evalset", "verify", "digits", cwd=unsealed)
         assert before.returncode == 0 and "slices not pinned" in before.stderr

@@ -14,7 +14,7 @@ import yaml
 from evalsentry.cli import main
 from evalsentry.config import load_config
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 NEXT_STEPS = (
     "evalsentry evalset freeze",
     "evalsentry.save_checkpoint(",

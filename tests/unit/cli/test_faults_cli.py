@@ -19,7 +19,7 @@ import yaml
 from evalsentry.history.store import EVALUATIONS_SCHEMA, History
 from tests.models import TRUST, TRUSTED_YAML, Marker, TinyNet
 from tests.synthetic import accuracy_mask, pre_ledger, record_week
-from tests.unit.test_cli_registry import run_cli
+from tests.unit.cli.test_cli_registry import run_cli
 
 
 @pytest.fixture

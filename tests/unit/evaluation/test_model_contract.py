@@ -27,7 +27,7 @@ from evalsentry.evaluation.inference import (
 )
 from tests.models import TinyNet
 
-DIGITS = Path(__file__).parents[2] / "evalsets" / "digits"
+DIGITS = Path(__file__).parents[3] / "evalsets" / "digits"
 
 
 def config(root: Path) -> Path:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from evalsentry.gate.week import GateReport, Verdict
 from evalsentry.reports.artifacts import details_artifact, report_artifact
-from tests.unit.test_gate import drifted
-from tests.unit.test_report import TestWeeklyMarkdown, judged
+from tests.unit.gate.test_gate import drifted
+from tests.unit.reports.test_report import TestWeeklyMarkdown, judged
 
 #: Cell text a table row of the report artifact may hold: at about 8 px a character and 24 px of
 #: padding a cell, (828 - 4 * 24) / 8 = 91 characters in 4 cells fit the UI's 828 px panel at a
