@@ -8,12 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from evalsentry.checkpoints.checkpoint import (
-    build_model,
-    check_archive,
-    load_checkpoint,
-    read_payload,
-)
+from evalsentry.checkpoints.checkpoint import build_model, load_checkpoint
+from evalsentry.checkpoints.payload import check_archive, read_payload
 from evalsentry.checkpoints.registry import Registry
 from evalsentry.cli import main
 from evalsentry.config import Config, load_config

@@ -8,12 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from evalsentry.checkpoints.checkpoint import (
-    import_factory,
-    load_checkpoint,
-    read_payload,
-    save_checkpoint,
-)
+from evalsentry.checkpoints.checkpoint import import_factory, load_checkpoint, save_checkpoint
+from evalsentry.checkpoints.payload import read_payload
 from evalsentry.errors import (
     CheckpointChanged,
     CheckpointCorrupt,

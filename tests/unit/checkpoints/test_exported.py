@@ -234,7 +234,8 @@ class TestEvalsentryRefusesPrograms:
         self, program: tuple[Path, nn.Module], tmp_path: Path
     ) -> None:
         """A .pt2, plain or carrying a pickle, is refused by name before anything is read."""
-        from evalsentry.checkpoints.checkpoint import check_archive, load_checkpoint
+        from evalsentry.checkpoints.checkpoint import load_checkpoint
+        from evalsentry.checkpoints.payload import check_archive
         from evalsentry.checkpoints.registry import Registry
         from evalsentry.errors import UnsafeCheckpoint
         from evalsentry.trust import Trust

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from evalsentry.checkpoints.checkpoint import load_checkpoint, read_payload, save_checkpoint
+from evalsentry.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+from evalsentry.checkpoints.payload import read_payload
 from evalsentry.checkpoints.registry import Registry
 from evalsentry.checkpoints.training import (
     TRAINING_COST_FIELDS,
