@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from evalsentry.errors import NonFiniteOutput, UsageError, exception_line
-from evalsentry.gate.metrics import slice_column
+from evalsentry.gate.slices import slice_column
 
 if TYPE_CHECKING:
     import torch

@@ -686,7 +686,8 @@ def _metric_rows(
     evalset: Evalset,
     row: Mapping[str, Any],
 ) -> list[dict[str, Any]]:
-    from evalsentry.gate.metrics import OVERALL, compute_metrics, get_metric, slice_masks
+    from evalsentry.gate.metrics import compute_metrics, get_metric
+    from evalsentry.gate.slices import OVERALL, slice_masks
 
     units: list[tuple[str, np.ndarray | None]] = [(OVERALL, None), *slice_masks(evalset.slices)]
     rows = []

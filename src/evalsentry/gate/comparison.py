@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 
 from evalsentry.config import GatePolicy, Tolerance
 from evalsentry.gate.margin import DEFAULT_POWER, detectable_drop, margin_p
-from evalsentry.gate.metrics import OVERALL, Metric, get_metric
+from evalsentry.gate.metrics import Metric, get_metric
 from evalsentry.gate.multiplicity import benjamini_hochberg, effective_levels, family_adjusted
 from evalsentry.gate.resampling import (
     Columns,
@@ -42,6 +42,7 @@ from evalsentry.gate.resampling import (
     permutation_p_values,
     swap_values,
 )
+from evalsentry.gate.slices import OVERALL
 from evalsentry.gate.stats import (
     PairedMethod,
     beyond,

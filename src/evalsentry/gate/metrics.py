@@ -1,11 +1,11 @@
 """Evaluation metrics with seeded, vectorised percentile-bootstrap intervals.
 
-Each metric is a function of *sufficient statistics*: weighted sums of
-per-example values (or counts), grouped by a per-example key such as the class
-or the confidence bin. A bootstrap resample is a vector of per-example counts,
-so every resample's statistics are weighted segment sums over examples sorted
-by their joint key. No example rows are gathered, and all metrics (and both
-models of a paired comparison) share the very same resample indices.
+Each metric is a function of *sufficient statistics*: weighted sums of per-example values (or
+counts), grouped by a per-example key such as the class or the confidence bin. A bootstrap
+resample is a vector of per-example counts, so every resample's statistics are weighted segment
+sums over examples sorted by their joint key. No example rows are gathered, and all metrics
+(and both models of a paired comparison) share the very same resample indices. Slices are
+``evalsentry.gate.slices``'.
 """
 
 from __future__ import annotations
@@ -40,10 +40,6 @@ _SUGGESTION_CUTOFF = 0.5
 # Resampling one example always reproduces it: a zero-width, meaningless CI.
 _MIN_BOOTSTRAP_N = 2
 _TOP_K_NAME = re.compile(r"^top(\d+)_accuracy$")
-# Metrics are computed overall (the slice named OVERALL) and per value of every slice column;
-# an evaluation's slice columns are named SLICE_PREFIX + the evalset's slice name.
-OVERALL = ""
-SLICE_PREFIX = "slice:"
 
 
 @dataclass(frozen=True)
@@ -312,29 +308,6 @@ def metric_names(
     except UnknownMetric as exc:
         raise ConfigError("evalset.yaml", "metrics", str(exc)) from None
     return names
-
-
-def slice_column(name: str) -> str:
-    """The evaluation column holding the values of the evalset's slice ``name``."""
-    return SLICE_PREFIX + name
-
-
-def slice_columns(columns: Mapping[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
-    """The slices among an evaluation's columns, by slice name, in name order."""
-    return {
-        column.removeprefix(SLICE_PREFIX): columns[column]
-        for column in sorted(columns)
-        if column.startswith(SLICE_PREFIX)
-    }
-
-
-def slice_masks(slices: Mapping[str, Any]) -> list[tuple[str, BoolArray]]:
-    """``(name=value, mask)`` for every value of every slice: the rows each slice value selects."""
-    masks = []
-    for name, raw in slices.items():
-        labels = np.asarray(raw).astype(str)
-        masks += [(f"{name}={v}", labels == v) for v in sorted(set(labels.tolist()))]
-    return masks
 
 
 def _n_rows(columns: Columns, names: Sequence[str]) -> int:

@@ -30,7 +30,8 @@ import numpy as np
 
 from evalsentry.gate.binomial import binomial_tails
 from evalsentry.gate.margin import DEFAULT_POWER, discordant_counts, first_at_least
-from evalsentry.gate.metrics import OVERALL, get_metric
+from evalsentry.gate.metrics import get_metric
+from evalsentry.gate.slices import OVERALL
 
 if TYPE_CHECKING:
     import pandas as pd

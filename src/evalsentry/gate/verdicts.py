@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
 from evalsentry.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
-from evalsentry.gate.metrics import OVERALL
+from evalsentry.gate.slices import OVERALL
 from evalsentry.names import NO_EVALSET
 
 if TYPE_CHECKING:

@@ -20,7 +20,8 @@ import numpy as np
 
 from evalsentry.config import DriftPolicy, GatePolicy
 from evalsentry.errors import UsageError, did_you_mean
-from evalsentry.gate.metrics import OVERALL, metric_names, slice_columns, slice_masks
+from evalsentry.gate.metrics import metric_names
+from evalsentry.gate.slices import OVERALL, slice_columns, slice_masks
 from evalsentry.gate.verdicts import SEVERITY, Comparison, GateReport, Reference, Verdict
 from evalsentry.history.store import History
 from evalsentry.names import TIMING_METRIC, WEEKLY_RUN
