@@ -4,8 +4,7 @@ Each metric is a function of *sufficient statistics*: weighted sums of per-examp
 counts), grouped by a per-example key such as the class or the confidence bin. A bootstrap
 resample is a vector of per-example counts, so every resample's statistics are weighted segment
 sums over examples sorted by their joint key. No example rows are gathered, and all metrics
-(and both models of a paired comparison) share the very same resample indices. Slices are
-``evalsentry.gate.slices``'.
+(and both models of a paired comparison) share the very same resample indices.
 """
 
 from __future__ import annotations
