@@ -20,7 +20,8 @@ from evalsentry.history.store import History
 from evalsentry.reports.artifacts import bill_rows, details_artifact, report_artifact
 from evalsentry.reports.bill import Lifetime, lifetime
 from evalsentry.reports.html_report import render_report
-from evalsentry.reports.report import browser_link, file_stem, metrics_table, weekly_markdown
+from evalsentry.reports.report import browser_link, file_stem, metrics_table
+from evalsentry.reports.weekly import weekly_markdown
 from evalsentry.storage import filesystem, join, write_atomic
 
 REPORTS = "reports"

@@ -10,10 +10,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
 from typing import Any
 
-from evalsentry.cost import units
 from evalsentry.gate.verdicts import Reference, checkpoint_label
 from evalsentry.gate.week import SEVERITY, Comparison, GateReport, Verdict
-from evalsentry.reports.bill import Lifetime, lifetime_table
 
 VERDICT_MARK = {
     Verdict.PASS: "✅ PASS",
@@ -25,12 +23,13 @@ VERDICT_MARK = {
 }
 
 
-def _finite(value: float | None) -> float | None:
+def finite(value: float | None) -> float | None:
     """``value``, or None when it is missing, NaN or infinite (shown as an empty cell)."""
     return value if value is not None and math.isfinite(value) else None
 
 
-def _fmt(value: float | int | None, spec: str = ".4f") -> str:
+def fmt(value: float | int | None, spec: str = ".4f") -> str:
+    """``value`` in ``spec``; empty for None."""
     return "" if value is None else format(value, spec)
 
 
@@ -48,11 +47,11 @@ def _cells(c: Comparison) -> list[str]:
         c.evalset,
         c.metric + (f" [{c.slice}]" if c.slice else ""),
         c.reference + (f" ({c.reference_week})" if c.reference_week else ""),
-        _fmt(c.reference_value),
-        _fmt(c.value),
-        _fmt(c.delta, "+.4f"),
-        _fmt(c.allowed_change, "+.4f"),
-        _fmt(c.p_adjusted, ".2g"),
+        fmt(c.reference_value),
+        fmt(c.value),
+        fmt(c.delta, "+.4f"),
+        fmt(c.allowed_change, "+.4f"),
+        fmt(c.p_adjusted, ".2g"),
         c.flips,
         c.reason,
     ]
@@ -103,7 +102,7 @@ def counts_line(report: GateReport) -> str:
     )
 
 
-def _validation_result(validation: Mapping[str, Any]) -> str:
+def validation_result(validation: Mapping[str, Any]) -> str:
     """``passed``, ``passed (reused from run …)`` or ``FAILED: …``."""
     if not validation.get("success"):
         return f"FAILED: {validation.get('error', '')}"
@@ -196,7 +195,8 @@ def gate_junit(report: GateReport) -> str:
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """A Markdown table's lines, each cell escaped."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     return lines + ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
 
@@ -225,7 +225,8 @@ DISPLAY_DIGITS = 4  # table artifact values: significant digits, and at least as
 LINK_EXPIRY = timedelta(days=7)  # S3's longest presigned URL; a weekly report is read that week
 
 
-def _checkpoint(model: Any, version: Any, sha256: Any = None) -> str:
+def checkpoint_name(model: Any, version: Any, sha256: Any = None) -> str:
+    """``model@vN``, or the candidate file's short sha256 when it has no version."""
     return checkpoint_label(str(model), version, sha256)
 
 
@@ -280,11 +281,11 @@ def summary_table(report: GateReport) -> list[str]:
         else:
             spread = [_summary_cell(cells[r], report.week) if r in cells else "" for r in columns]
         sha = next((c.checkpoint_sha256 for c in cells.values()), None)
-        who = "every checkpoint" if model == "*" else _checkpoint(model, version, sha)
-        body.append([who, evalset, "" if metric == "*" else metric, _fmt(now), *spread])
+        who = "every checkpoint" if model == "*" else checkpoint_name(model, version, sha)
+        body.append([who, evalset, "" if metric == "*" else metric, fmt(now), *spread])
     headers = ["checkpoint", "evalset", "metric", "now"]
     headers += [REFERENCE_COLUMNS.get(r, "verdict") for r in columns]
-    return _table(headers, body)
+    return md_table(headers, body)
 
 
 def metrics_table(
@@ -298,7 +299,7 @@ def metrics_table(
     by_eval = {e["evaluation_id"]: e for e in evaluations}
     return [
         {
-            "checkpoint": _checkpoint(e["model"], e.get("version"), e.get("checkpoint_sha256")),
+            "checkpoint": checkpoint_name(e["model"], e.get("version"), e.get("checkpoint_sha256")),
             "stage": e.get("stage"),
             "evalset": m["evalset"],
             "metric": m["metric"],
@@ -374,7 +375,7 @@ def run_scope(outcomes: Sequence[Any], partial: str | None) -> str | None:
     if partial is None:
         return None
     done = ", ".join(
-        f"{_checkpoint(o.evaluation['model'], o.evaluation.get('version'), o.evaluation.get('checkpoint_sha256'))} on "
+        f"{checkpoint_name(o.evaluation['model'], o.evaluation.get('version'), o.evaluation.get('checkpoint_sha256'))} on "
         f"{o.evaluation['evalset']}"
         for o in outcomes
     )
@@ -382,176 +383,3 @@ def run_scope(outcomes: Sequence[Any], partial: str | None) -> str | None:
         f"Partial run ({partial}): it evaluated {done or 'nothing'}. The verdict and the tables "
         "cover every result recorded for the week, whichever run recorded it."
     )
-
-
-def weekly_markdown(
-    report: GateReport,
-    evaluations: Sequence[Mapping[str, Any]],
-    metrics: Sequence[Mapping[str, Any]],
-    validations: Mapping[str, Mapping[str, Any]],
-    drifts: Sequence[Any] = (),
-    bindings: Mapping[str, str] | None = None,
-    bill: Lifetime | None = None,
-    scope: str | None = None,
-) -> str:
-    """The weekly report, headline and compact summary first, then the details.
-
-    The summary fits the Prefect UI's artifact panel; below it come the model lines and the
-    evalsets each is bound to, the gate's full table (tolerance, p, flips, why), metrics with
-    CIs, lineage, cost, data validation and drift, and (given ``bill``) each line's lifetime bill.
-    ``scope`` (a partial run's :func:`run_scope`) follows the headline.
-    """
-    lines = _headline_and_gate(report, bindings, scope)
-    lines += ["### Metrics", "", *_metrics_section(evaluations, metrics)]
-    lines += ["", "### Lineage and cost", "", *_lineage_table(evaluations)]
-    lines += ["", "### Data validation", "", *_validation_table(validations)]
-    if drifts:
-        lines += ["", "### Live-data drift", "", *_drift_table(drifts)]
-    lines += _bill_section(evaluations, bill)
-    return "\n".join(lines) + "\n"
-
-
-def _headline_and_gate(
-    report: GateReport, bindings: Mapping[str, str] | None, scope: str | None
-) -> list[str]:
-    """The heading, headline, scope and summary; the model lines; the gate's full table."""
-    details = gate_markdown(report, include_slices=False).rstrip().splitlines()
-    if details and details[0].startswith("#"):  # its heading: this report has its own
-        details = details[1:]
-    return [
-        f"## evalsentry {report.week} — {VERDICT_MARK[report.verdict]}",
-        "",
-        f"**{report.headline()}**",
-        "",
-        *([f"> {scope}", ""] if scope else []),
-        *summary_table(report),
-        "",
-        *(
-            [
-                "### Model lines",
-                "",
-                *_table(["model", "evaluated on"], sorted(bindings.items())),
-                "",
-            ]
-            if bindings
-            else []
-        ),
-        "### Gate details",
-        *details,
-        "",
-    ]
-
-
-def _metrics_section(
-    evaluations: Sequence[Mapping[str, Any]], metrics: Sequence[Mapping[str, Any]]
-) -> list[str]:
-    """Each evaluation's metrics over the whole evalset (no slice), with their CIs."""
-    by_eval = {e["evaluation_id"]: e for e in evaluations}
-    rows = [
-        [
-            _checkpoint(
-                by_eval[m["evaluation_id"]]["model"],
-                by_eval[m["evaluation_id"]].get("version"),
-                by_eval[m["evaluation_id"]].get("checkpoint_sha256"),
-            ),
-            by_eval[m["evaluation_id"]]["stage"],
-            m["evalset"],
-            m["metric"],
-            f"{m['value']:.4f}",
-            f"[{m['ci_low']:.4f}, {m['ci_high']:.4f}]",
-            m["n"],
-        ]
-        for m in metrics
-        if not m["slice"] and m["evaluation_id"] in by_eval
-    ]
-    return (
-        _table(["checkpoint", "stage", "evalset", "metric", "value", "95% CI", "n"], rows)
-        if rows
-        else ["No metrics."]
-    )
-
-
-def _lineage_table(evaluations: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Each evaluation's status, where its checkpoint came from, and what evaluating it cost."""
-    return _table(
-        [
-            "checkpoint",
-            "status",
-            "git",
-            "data",
-            "seed",
-            "trained",
-            "device",
-            "examples/s",
-            "energy",
-            "CO2",
-            "cost",
-        ],
-        [
-            [
-                _checkpoint(e["model"], e.get("version"), e.get("checkpoint_sha256")),
-                e["status"] if e["status"] == "ok" else f"error: {e.get('error')}",
-                str(e.get("git_sha") or "")[:10] + ("+dirty" if e.get("git_dirty") else ""),
-                str(e.get("data_sha") or "")[:12],
-                e.get("seed"),
-                str(e.get("trained_at") or "")[:19],
-                e.get("device_name") or e.get("device") or "",
-                _fmt(e.get("examples_per_s"), ".0f"),
-                units.energy(e.get("energy_kwh")),
-                units.carbon(e.get("co2_kg")),
-                units.money(e.get("cost"), e.get("currency")),
-            ]
-            for e in evaluations
-        ],
-    )
-
-
-def _validation_table(validations: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Each evalset's data validation: its result, and how many expectations ran and failed."""
-    return _table(
-        ["evalset", "result", "expectations", "failed"],
-        [
-            [
-                name,
-                _validation_result(v),
-                v.get("evaluated", ""),
-                v.get("failed", ""),
-            ]
-            for name, v in validations.items()
-        ],
-    )
-
-
-def _drift_table(drifts: Sequence[Any]) -> list[str]:
-    """Each drift check: the feature, its PSI and adjusted p, and the verdict with its reason."""
-    return _table(
-        ["evalset", "feature", "model", "PSI", "p (BH)", "verdict"],
-        [
-            [
-                d.evalset,
-                d.feature,
-                d.model or "",
-                _fmt(_finite(d.psi), ".3f"),
-                _fmt(_finite(d.p_adjusted), ".2g"),
-                f"{d.verdict}" + (f": {d.reason}" if getattr(d, "reason", "") else ""),
-            ]
-            for d in drifts
-        ],
-    )
-
-
-def _bill_section(evaluations: Sequence[Mapping[str, Any]], bill: Lifetime | None) -> list[str]:
-    """The week's bill; then, given a bill with lines, each line's lifetime bill to date."""
-    total = sum(e.get("cost") or 0.0 for e in evaluations)
-    energy = sum(e.get("energy_kwh") or 0.0 for e in evaluations)
-    currency = next((e.get("currency") for e in evaluations if e.get("currency")), "")
-    lines = [
-        "",
-        f"**This week's bill:** {units.money(total, currency)}, {units.energy(energy)}.",
-        "",
-    ]
-    if bill is not None and not bill.empty:
-        lines += ["### Lifetime bill to date", "", *_table(*lifetime_table(bill.lines)), ""]
-        lines += [f"- {line.in_words()}" for line in bill.lines]
-        lines += [f"- note: {note}" for note in bill.notes] + [""]
-    return lines

@@ -243,7 +243,7 @@ def test_cost_command_prints_human_units(
 def test_weekly_markdown_bills_in_human_units() -> None:
     """The Markdown report's lineage-and-cost row and its bill line use human units."""
     from evalsentry.gate.week import GateReport
-    from evalsentry.reports.report import weekly_markdown
+    from evalsentry.reports.weekly import weekly_markdown
 
     row = {
         "evaluation_id": "a",

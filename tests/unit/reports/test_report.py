@@ -220,7 +220,7 @@ class TestWeeklyMarkdown:
 
     def test_headline_and_a_narrow_summary_lead_and_details_follow(self) -> None:
         """The report opens with the headline and one short row per metric; the wide table is below."""
-        from evalsentry.reports.report import weekly_markdown
+        from evalsentry.reports.weekly import weekly_markdown
 
         report = self.regressed_week()
         text = weekly_markdown(report, [], [], {})
