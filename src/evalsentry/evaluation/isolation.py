@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalsentry.errors import EvalsentryError, UsageError, exception_line
-from evalsentry.evaluation.inference import ForwardRaised
+from evalsentry.evaluation.contract import ForwardRaised
 from evalsentry.trust import import_path
 
 if TYPE_CHECKING:

@@ -11,15 +11,11 @@ import torch
 from torch import nn
 
 from evalsentry.checkpoints.checkpoint import load_checkpoint
-from evalsentry.errors import NonFiniteOutput, UsageError
+from evalsentry.errors import NonFiniteOutput, UsageError, exception_line
 from evalsentry.evalsets.evalset import Evalset, InputsSpec, load_evalset
 from evalsentry.evalsets.freeze import freeze_evalset
-from evalsentry.evaluation.inference import (
-    ForwardRaised,
-    OutputContractViolation,
-    exception_line,
-    run_inference,
-)
+from evalsentry.evaluation.contract import ForwardRaised, OutputContractViolation
+from evalsentry.evaluation.inference import run_inference
 from tests.models import TRUST, RaisingNet
 
 

@@ -19,12 +19,8 @@ from torch import nn
 from evalsentry.cli import main
 from evalsentry.evalsets.evalset import Evalset, InputsSpec, load_evalset, read_spec
 from evalsentry.evalsets.freeze import freeze_evalset
-from evalsentry.evaluation.inference import (
-    ForwardRaised,
-    InputMismatch,
-    OutputContractViolation,
-    run_inference,
-)
+from evalsentry.evaluation.contract import ForwardRaised, InputMismatch, OutputContractViolation
+from evalsentry.evaluation.inference import run_inference
 from tests.models import TinyNet
 
 DIGITS = Path(__file__).parents[3] / "evalsets" / "digits"
