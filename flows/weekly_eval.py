@@ -22,16 +22,8 @@ from evalsentry.errors import (
 )
 from evalsentry.evalsets.evalset import Evalset, list_evalsets
 from evalsentry.evaluation.isolation import prestart
-from evalsentry.evaluation.pipeline import (
-    Outcome,
-    Target,
-    WeekPlan,
-    binding_text,
-    new_run_id,
-    not_evaluated,
-    tolerance_warnings,
-    week_results,
-)
+from evalsentry.evaluation.pipeline import Outcome, Target, new_run_id, week_results
+from evalsentry.evaluation.planning import WeekPlan, binding_text, not_evaluated, tolerance_warnings
 from evalsentry.flows.dask_cluster import dask_runner
 from evalsentry.flows.runs import (
     RUN_ID_CHARS,

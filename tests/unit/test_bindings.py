@@ -9,13 +9,8 @@ import pytest
 from evalsentry.cli import main
 from evalsentry.config import Config, load_config
 from evalsentry.errors import ConfigError, UsageError
-from evalsentry.evaluation.pipeline import (
-    Target,
-    binding_text,
-    check_bindings,
-    evalsets_for,
-    pair_targets,
-)
+from evalsentry.evaluation.pipeline import Target
+from evalsentry.evaluation.planning import binding_text, check_bindings, evalsets_for, pair_targets
 from tests.bindings import BOUND, estate
 
 AVAILABLE = ["narrow", "wide"]

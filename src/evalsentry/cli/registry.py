@@ -109,7 +109,7 @@ def _add_checkpoint(
     """Add the checkpoint to the registry, once its model line is known (or ``new_model``)."""
     from evalsentry.checkpoints.lineage import read_lineage_file
     from evalsentry.checkpoints.registry import Registry
-    from evalsentry.evaluation.pipeline import check_model_line
+    from evalsentry.evaluation.planning import check_model_line
     from evalsentry.history.store import History
 
     settings = _config(config)
@@ -178,7 +178,7 @@ def registry_list(
     """List registered versions: stage, bound evalsets, last week evaluated, factory, lineage."""
     from evalsentry.checkpoints.registry import Registry
     from evalsentry.evalsets.evalset import list_evalsets
-    from evalsentry.evaluation.pipeline import binding_text
+    from evalsentry.evaluation.planning import binding_text
 
     settings = _config(config)
     entries = Registry(settings.registry_url).list(model)

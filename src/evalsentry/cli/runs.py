@@ -60,14 +60,15 @@ def _something_to_evaluate(
 
     A store that cannot be written, no checkpoint to evaluate (an empty registry, a mistyped
     model), a binding to a missing evalset, an unknown ``--evalset``, or no checkpoint bound to
-    any evalset of the run: the run's own plan (``pipeline.plan_week``), made here first. A
+    any evalset of the run: the run's own plan (``planning.plan_week``), made here first. A
     tolerance finer than an evalset can certify is a warning on stderr, one line each; the run
     goes on.
     """
     from evalsentry.checkpoints.registry import Registry
     from evalsentry.errors import NothingToEvaluate, UsageError, did_you_mean
     from evalsentry.evalsets.evalset import list_evalsets
-    from evalsentry.evaluation.pipeline import new_run_id, plan_week, tolerance_warnings
+    from evalsentry.evaluation.pipeline import new_run_id
+    from evalsentry.evaluation.planning import plan_week, tolerance_warnings
     from evalsentry.history.store import History
     from evalsentry.weeks import iso_week
 

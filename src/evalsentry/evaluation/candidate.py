@@ -69,7 +69,7 @@ def candidate_evalsets(
 
     """
     from evalsentry.checkpoints.registry import Registry
-    from evalsentry.evaluation.pipeline import check_model_line, evalsets_for
+    from evalsentry.evaluation.planning import check_model_line, evalsets_for
     from evalsentry.names import check_name
 
     check_name("model", model)

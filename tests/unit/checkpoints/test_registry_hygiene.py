@@ -15,7 +15,8 @@ from evalsentry.cli import main
 from evalsentry.config import load_config
 from evalsentry.errors import RegistryError
 from evalsentry.evalsets.evalset import load_evalset
-from evalsentry.evaluation.pipeline import Target, evaluate_checkpoint, record, resolve_targets
+from evalsentry.evaluation.pipeline import Target, evaluate_checkpoint, record
+from evalsentry.evaluation.planning import resolve_targets
 from evalsentry.history.store import History
 from evalsentry.names import WEEKLY_STAGES
 from tests.models import TRUST, TRUSTED_YAML, TinyNet

@@ -11,7 +11,7 @@ import pytest
 
 from evalsentry.cli import main
 from evalsentry.config import GatePolicy, Tolerance, load_config
-from evalsentry.evaluation.pipeline import tolerance_warnings
+from evalsentry.evaluation.planning import tolerance_warnings
 from evalsentry.gate.resolution import (
     ASSUMED_CHURN,
     certifiable_tolerance,
