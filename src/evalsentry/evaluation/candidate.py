@@ -218,7 +218,7 @@ def _evaluate_each(
     its ERROR verdict is recorded and :class:`CandidateNotEvaluated` raised.
     """
     from evalsentry.cost.meter import CostMeter
-    from evalsentry.gate.week import failed_verdict
+    from evalsentry.gate.pairs import failed_verdict
     from evalsentry.names import CANDIDATE_CHECK
     from evalsentry.weeks import now_utc
 

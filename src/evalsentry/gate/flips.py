@@ -43,8 +43,8 @@ def flipped_ids(
     None when either evaluation's predictions are missing, their examples differ, or the task
     has no right or wrong to flip (regression: float predictions).
     """
+    from evalsentry.gate.pairs import align
     from evalsentry.gate.stats import flip_masks
-    from evalsentry.gate.week import align
 
     current = history.predictions(evaluation_id)
     reference = history.predictions(reference_evaluation_id)

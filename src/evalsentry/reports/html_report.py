@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evalsentry.cost import units
+from evalsentry.gate.pairs import align
 from evalsentry.gate.stats import flip_masks
-from evalsentry.gate.week import SEVERITY, GateReport, Verdict, align
+from evalsentry.gate.week import SEVERITY, GateReport, Verdict
 from evalsentry.history.store import History, records
 from evalsentry.names import WEEKLY_RUN
 from evalsentry.reports.bill import PARTS, Lifetime, lifetime_table, weekly_parts

@@ -351,7 +351,7 @@ def test_align_reorders_the_reference_and_refuses_other_examples() -> None:
     """Pairs are matched by example id, whatever the order; different example sets do not pair."""
     import numpy as np
 
-    from evalsentry.gate.week import align
+    from evalsentry.gate.pairs import align
 
     reference = {"example_id": np.array(["b", "a", "c"]), "prediction": np.array([2, 1, 3])}
     current = {"example_id": np.array(["a", "b", "c"]), "prediction": np.array([0, 0, 0])}
