@@ -22,7 +22,8 @@ import pyarrow as pa
 
 from evalsentry.config import GatePolicy
 from evalsentry.gate.week import gate_week
-from evalsentry.history.store import EVALUATIONS_SCHEMA, METRICS_SCHEMA, History
+from evalsentry.history.schema import EVALUATIONS_SCHEMA, METRICS_SCHEMA
+from evalsentry.history.store import History
 from tests.synthetic import accuracy_mask, record_week
 
 ROWS_PER_EVALUATION = 100

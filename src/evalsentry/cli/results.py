@@ -101,7 +101,7 @@ def history(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from evalsentry.history.store import records, results_view
+    from evalsentry.history.frames import records, results_view
 
     _, store = ci.project(config)
     if output not in ("table", "csv", "json"):

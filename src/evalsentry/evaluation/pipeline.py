@@ -99,7 +99,7 @@ def week_results(history: History, week: str) -> tuple[list[dict[str, Any]], lis
 
     Whatever runs recorded them: what the week's report shows, beside the gate of the week.
     """
-    from evalsentry.history.store import records
+    from evalsentry.history.frames import records
 
     frame = history.evaluations(weeks=[week], kind=WEEKLY_RUN)
     if frame.empty:
@@ -403,7 +403,7 @@ def live_drift(
 
 def outcomes_of_run(history: History, run_id: str) -> list[Outcome]:
     """The outcomes a run recorded, read back from the history (for runs fanned out to workers)."""
-    from evalsentry.history.store import records
+    from evalsentry.history.frames import records
 
     frame = history.evaluations(include_superseded=True)
     rows = frame[frame["run_id"] == run_id]

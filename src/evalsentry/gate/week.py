@@ -185,7 +185,7 @@ def week_drift(
     line on it.
     """
     from evalsentry.gate.drift import DriftResult
-    from evalsentry.history.store import records
+    from evalsentry.history.frames import records
 
     frame = history.drift([week])
     if frame.empty:
@@ -207,7 +207,7 @@ def _stored_timing(history: History, current: pd.DataFrame) -> list[Comparison]:
     Timing runs in the weekly run (it needs the checkpoints and the device); its verdict is
     part of the week from then on, so every later gate of the week reports it too.
     """
-    from evalsentry.history.store import records
+    from evalsentry.history.frames import records
 
     if current.empty:
         return []

@@ -19,7 +19,8 @@ from evalsentry.cost import units
 from evalsentry.gate.pairs import align
 from evalsentry.gate.stats import flip_masks
 from evalsentry.gate.week import SEVERITY, GateReport, Verdict
-from evalsentry.history.store import History, records
+from evalsentry.history.frames import records
+from evalsentry.history.store import History
 from evalsentry.names import WEEKLY_RUN
 from evalsentry.reports.bill import PARTS, Lifetime, lifetime_table, weekly_parts
 from evalsentry.reports.report import counts_line

@@ -16,7 +16,8 @@ import pytest
 import torch
 import yaml
 
-from evalsentry.history.store import EVALUATIONS_SCHEMA, History
+from evalsentry.history.schema import EVALUATIONS_SCHEMA
+from evalsentry.history.store import History
 from tests.models import TRUST, TRUSTED_YAML, Marker, TinyNet
 from tests.synthetic import accuracy_mask, pre_ledger, record_week
 from tests.unit.cli.test_cli_registry import run_cli

@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from evalsentry.errors import HistoryError
-from evalsentry.history.store import SCHEMA_VERSION, History
+from evalsentry.history.schema import SCHEMA_VERSION
+from evalsentry.history.store import History
 from evalsentry.names import CANDIDATE_CHECK, RUN_KINDS, STAGES, WEEKLY_RUN
 from evalsentry.weeks import iso_week
 from tests.synthetic import accuracy_mask, pre_ledger, record_week
