@@ -32,7 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from evalsentry.checkpoints.checkpoint import LoadedCheckpoint, load_checkpoint
 from evalsentry.checkpoints.safetensors_file import SUFFIX
-from evalsentry.config import config_error
+from evalsentry.documents import config_error
 from evalsentry.errors import (
     CheckpointChanged,
     CheckpointError,

@@ -48,7 +48,7 @@ from pydantic import (
     model_validator,
 )
 
-from evalsentry.config import config_error
+from evalsentry.documents import config_error
 from evalsentry.errors import EvalsetError, EvalsetInvalid, EvalsetTampered, did_you_mean
 from evalsentry.evalsets.identity import check_fields, evalset_identity, identity_gaps
 from evalsentry.evalsets.validation import SUITE_FIX, SuiteDocument
