@@ -8,7 +8,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
-from evalsentry.evalsets import evalset
+from evalsentry.evalsets import check, evalset
 from evalsentry.evalsets.evalset import Evalset, evalset_folder, fingerprint
 
 
@@ -22,10 +22,10 @@ def _content_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
 def check_evalset(name: str, evalsets_dir: str) -> dict[str, Any]:
     """Verify the evalset's hashes and run its expectation suite; raises if either fails.
 
-    The task of ``evalsentry.evalsets.evalset.check_evalset`` (which raises), not of ``validate_evalset``
+    The task of ``evalsentry.evalsets.check.check_evalset`` (which raises), not of ``validate_evalset``
     (which returns the failures).
     """
-    return evalset.check_evalset(name, evalsets_dir).to_dict()
+    return check.check_evalset(name, evalsets_dir).to_dict()
 
 
 @task(name="load-evalset", cache_policy=NO_CACHE)

@@ -128,7 +128,8 @@ def evalset_verify(
     config: ConfigOption = None,
 ) -> None:
     """Re-hash every file, check the pinned fields, run the expectation suite; exit 1 on a failure."""
-    from evalsentry.evalsets.evalset import evalset_folder, read_spec, validate_evalset
+    from evalsentry.evalsets.check import validate_evalset
+    from evalsentry.evalsets.evalset import evalset_folder, read_spec
     from evalsentry.evalsets.identity import identity_gaps
 
     evalsets_dir = _config(config).evalsets_dir

@@ -49,8 +49,8 @@ from pydantic import (
 )
 
 from evalsentry.documents import config_error
-from evalsentry.errors import EvalsetError, EvalsetInvalid, EvalsetTampered, did_you_mean
-from evalsentry.evalsets.identity import check_fields, evalset_identity, identity_gaps
+from evalsentry.errors import EvalsetError, EvalsetTampered, did_you_mean
+from evalsentry.evalsets.identity import check_fields, evalset_identity
 from evalsentry.evalsets.validation import SUITE_FIX, SuiteDocument
 from evalsentry.names import check_name
 from evalsentry.storage import filesystem, join, sha256_file
@@ -58,7 +58,6 @@ from evalsentry.storage import filesystem, join, sha256_file
 if TYPE_CHECKING:
     import torch
 
-    from evalsentry.evalsets.validation import ValidationSummary
 
 log = logging.getLogger(__name__)
 
@@ -482,50 +481,3 @@ def inputs_array(table: pa.Table, inputs: InputsSpec, where: str) -> np.ndarray:
         return flat.reshape(len(array), *inputs.example_shape)
     columns = [table.column(c).to_numpy() for c in inputs.columns or []]
     return np.stack(columns, axis=1).astype(inputs.dtype)
-
-
-# --- validation -------------------------------------------------------------------------------
-
-
-def validate_evalset(
-    name_or_path: str | Path, evalsets_dir: str | Path | None = None
-) -> ValidationSummary:
-    """Verify the files, then run the expectation suite over the data's scalar view.
-
-    Raises:
-        EvalsetTampered: a file changed since freeze (checked first: no GX run on bad bytes).
-    """
-    from evalsentry.evalsets.validation import run_suite, validation_frame
-
-    folder = evalset_folder(name_or_path, evalsets_dir)
-    spec = read_spec(folder)
-    verify_files(folder, spec)
-    for gap in identity_gaps(spec):
-        log.warning(
-            "evalset %s: %s not pinned (identity version 1); `evalsentry evalset seal %s` pins it",
-            spec.name,
-            gap,
-            spec.name,
-        )
-    frame = validation_frame(read_table(folder, spec), spec.inputs.column)
-    return run_suite(frame, read_suite(folder), join(str(folder), SUITE))
-
-
-def check_evalset(
-    name_or_path: str | Path, evalsets_dir: str | Path | None = None
-) -> ValidationSummary:
-    """``validate_evalset`` that raises ``EvalsetInvalid`` when an expectation fails."""
-    summary = validate_evalset(name_or_path, evalsets_dir)
-    if not summary.success:
-        raise EvalsetInvalid(
-            str(name_or_path),
-            [
-                {
-                    "expectation": f.expectation,
-                    "column": f.column,
-                    "unexpected_count": f.unexpected_count,
-                }
-                for f in summary.failures
-            ],
-        )
-    return summary

@@ -109,14 +109,8 @@ def check_evalset_reusing(
         EvalsetInvalid: a full validation found the data breaking its suite.
 
     """
-    from evalsentry.evalsets.evalset import (
-        MANIFEST,
-        SUITE,
-        check_evalset,
-        evalset_folder,
-        read_spec,
-        verify_files,
-    )
+    from evalsentry.evalsets.check import check_evalset
+    from evalsentry.evalsets.evalset import MANIFEST, SUITE, evalset_folder, read_spec, verify_files
 
     folder = str(evalset_folder(name, evalsets_dir))
     fs, _ = filesystem(folder)

@@ -16,14 +16,8 @@ import torch
 import yaml
 
 from evalsentry.errors import ConfigError, EvalsetError, EvalsetInvalid, EvalsetTampered
-from evalsentry.evalsets.evalset import (
-    EvalsetSpec,
-    InputsSpec,
-    check_evalset,
-    load_evalset,
-    read_spec,
-    validate_evalset,
-)
+from evalsentry.evalsets.check import check_evalset, validate_evalset
+from evalsentry.evalsets.evalset import EvalsetSpec, InputsSpec, load_evalset, read_spec
 from evalsentry.evalsets.freeze import freeze_evalset, seal_evalset
 from evalsentry.evalsets.identity import (
     RESULT_FIELDS,

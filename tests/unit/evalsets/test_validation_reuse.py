@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from evalsentry.errors import EvalsetTampered
-from evalsentry.evalsets import evalset as evalsets
-from evalsentry.evalsets import validation_cache
+from evalsentry.evalsets import check, evalset, validation_cache
 from evalsentry.evalsets.validation_cache import ValidationCache, check_evalset_reusing
 from tests.models import TRUSTED_YAML
 
@@ -27,12 +26,12 @@ def full_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             return dict(PASSED)
 
     def fake_check(name: str, evalsets_dir: str | None = None) -> Summary:
-        folder = evalsets.evalset_folder(name, evalsets_dir)
-        evalsets.verify_files(folder, evalsets.read_spec(folder))
+        folder = evalset.evalset_folder(name, evalsets_dir)
+        evalset.verify_files(folder, evalset.read_spec(folder))
         runs.append(name)
         return Summary()
 
-    monkeypatch.setattr(evalsets, "check_evalset", fake_check)
+    monkeypatch.setattr(check, "check_evalset", fake_check)
     return runs
 
 
@@ -74,7 +73,7 @@ class TestReuse:
     ) -> None:
         """Other suite bytes give another key: a full validation."""
         _check(toy_evalset, tmp_path / "store", "run-1")
-        suite = toy_evalset / evalsets.SUITE
+        suite = toy_evalset / evalset.SUITE
         suite.write_text(suite.read_text() + "\n")
         assert "reused_from" not in _check(toy_evalset, tmp_path / "store", "run-2")
         assert len(full_runs) == 2
@@ -84,7 +83,7 @@ class TestReuse:
     ) -> None:
         """Another manifest (the evalset's identity and pinned hashes) gives a full validation."""
         _check(toy_evalset, tmp_path / "store", "run-1")
-        manifest = toy_evalset / evalsets.MANIFEST
+        manifest = toy_evalset / evalset.MANIFEST
         manifest.write_text(manifest.read_text() + "# edited\n")
         assert "reused_from" not in _check(toy_evalset, tmp_path / "store", "run-2")
         assert len(full_runs) == 2
@@ -107,7 +106,7 @@ class TestReuse:
     ) -> None:
         """Files are re-hashed before any reuse: one flipped byte raises EvalsetTampered."""
         _check(toy_evalset, tmp_path / "store", "run-1")
-        data = next((toy_evalset / evalsets.DATA_DIR).glob("*.parquet"))
+        data = next((toy_evalset / evalset.DATA_DIR).glob("*.parquet"))
         raw = bytearray(data.read_bytes())
         raw[len(raw) // 2] ^= 0xFF
         data.write_bytes(bytes(raw))
