@@ -77,6 +77,7 @@ def test_evaluation_does_not_import_the_gate_for_metric_names() -> None:
 
 
 MAX_FUNCTION_LINES = 60
+MAX_MODULE_LINES = 500
 
 
 def test_no_function_is_over_60_lines() -> None:
@@ -91,6 +92,19 @@ def test_no_function_is_over_60_lines() -> None:
                     length = (node.end_lineno or node.lineno) - node.lineno + 1
                     if length > MAX_FUNCTION_LINES:
                         offenders.append(f"{path.relative_to(root)}:{node.name} {length}")
+    assert offenders == [], "\n".join(offenders)
+
+
+def test_no_module_is_over_500_lines() -> None:
+    """Every module in src/evalsentry, flows and tasks is at most 500 lines: a longer one holds
+    more than one concern, and is split by them."""
+    root = SRC.parents[1]
+    offenders = [
+        f"{path.relative_to(root)} {length}"
+        for folder in (SRC, root / "flows", root / "tasks")
+        for path in sorted(folder.rglob("*.py"))
+        if (length := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
     assert offenders == [], "\n".join(offenders)
 
 
