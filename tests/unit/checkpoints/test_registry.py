@@ -20,7 +20,7 @@ from evalsentry.errors import (
     UnsafeCheckpoint,
 )
 from evalsentry.storage import sha256_file
-from tests.models import TRUST, Marker, TinyNet
+from tests.models import TRUST, Marker, TinyNet, retrained_checkpoints
 
 
 @pytest.fixture
@@ -32,22 +32,7 @@ def registry(tmp_path: Path) -> Registry:
 @pytest.fixture
 def retrained(tmp_path: Path, pinned_git: str, train_data: Path) -> list[Path]:
     """Eight checkpoints of the same model line, each with other weights (other files)."""
-    from evalsentry.checkpoints.checkpoint import save_checkpoint
-
-    paths = []
-    for seed in range(8):
-        torch.manual_seed(seed)
-        paths.append(
-            save_checkpoint(
-                TinyNet(),
-                tmp_path / "retrained" / f"s{seed}.pt",
-                metrics={},
-                config={"seed": seed},
-                seed=seed,
-                data=train_data,
-            )
-        )
-    return paths
+    return retrained_checkpoints(tmp_path / "retrained", 8, train_data)
 
 
 class TestRegister:

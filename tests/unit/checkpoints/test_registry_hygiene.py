@@ -7,9 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 
-from evalsentry.checkpoints.checkpoint import save_checkpoint
 from evalsentry.checkpoints.registry import Registry
 from evalsentry.cli import main
 from evalsentry.config import load_config
@@ -19,7 +17,7 @@ from evalsentry.evaluation.pipeline import Target, evaluate_checkpoint, record
 from evalsentry.evaluation.planning import resolve_targets
 from evalsentry.history.store import History
 from evalsentry.names import WEEKLY_STAGES
-from tests.models import TRUST, TRUSTED_YAML, TinyNet
+from tests.models import TRUST, TRUSTED_YAML, retrained_checkpoints
 
 
 @pytest.fixture
@@ -35,20 +33,7 @@ def project(chdir_tmp: Path, toy_evalset: Path) -> Path:
 @pytest.fixture
 def versions(tmp_path: Path, pinned_git: str, train_data: Path) -> list[Path]:
     """Three checkpoints of one model line, each with other weights."""
-    paths = []
-    for seed in range(3):
-        torch.manual_seed(seed)
-        paths.append(
-            save_checkpoint(
-                TinyNet(features=4, classes=3, hidden=8),
-                tmp_path / "ckpts" / f"v{seed}.pt",
-                metrics={},
-                config={"seed": seed},
-                seed=seed,
-                data=train_data,
-            )
-        )
-    return paths
+    return retrained_checkpoints(tmp_path / "ckpts", 3, train_data)
 
 
 def registry_of(project: Path) -> Registry:
