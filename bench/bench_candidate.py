@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from bench.bench_cold_start import installed_env, timed
-from evalsentry.checkpoint import save_checkpoint
-from evalsentry.history import History
+from evalsentry.checkpoints.checkpoint import save_checkpoint
+from evalsentry.history.store import History
 from evalsentry.names import CANDIDATE_CHECK
 from examples.digits.model import DigitsCNN
 

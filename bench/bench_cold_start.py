@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from evalsentry.history import History
+from evalsentry.history.store import History
 from tests.synthetic import accuracy_mask, record_week
 
 BASELINE = [sys.executable, "-c", "import pandas, pyarrow.parquet"]

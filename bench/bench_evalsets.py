@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from evalsentry.evalsets import InputsSpec, load_evalset
-from evalsentry.freeze import freeze_evalset
+from evalsentry.evalsets.evalset import InputsSpec, load_evalset
+from evalsentry.evalsets.freeze import freeze_evalset
+from evalsentry.evalsets.validation import run_suite, validation_frame
 from evalsentry.storage import sha256_file
-from evalsentry.validation import run_suite, validation_frame
 
 ROOT = Path(__file__).parents[1]
 

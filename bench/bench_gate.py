@@ -21,8 +21,9 @@ import numpy as np
 import pyarrow as pa
 
 from evalsentry.config import GatePolicy
-from evalsentry.gate import gate_week
-from evalsentry.history import EVALUATIONS_SCHEMA, METRICS_SCHEMA, History
+from evalsentry.gate.week import gate_week
+from evalsentry.history.schema import EVALUATIONS_SCHEMA, METRICS_SCHEMA
+from evalsentry.history.store import History
 from tests.synthetic import accuracy_mask, record_week
 
 ROWS_PER_EVALUATION = 100

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from evalsentry.metrics import compute_metrics, default_metrics, get_metric
-from evalsentry.resampling import swap_values
+from evalsentry.gate.metrics import compute_metrics, default_metrics, get_metric
+from evalsentry.gate.resampling import swap_values
 
 N_EXAMPLES = 100_000
 N_RESAMPLES = 1000

@@ -17,9 +17,9 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from evalsentry.evalsets import InputsSpec, load_evalset
-from evalsentry.freeze import freeze_evalset
-from evalsentry.inference import run_inference
+from evalsentry.evalsets.evalset import InputsSpec, load_evalset
+from evalsentry.evalsets.freeze import freeze_evalset
+from evalsentry.evaluation.inference import run_inference
 from examples.digits.model import DigitsCNN
 
 BATCH = 512

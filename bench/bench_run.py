@@ -31,8 +31,8 @@ from pathlib import Path
 
 from bench.bench_candidate import REPO, project
 from bench.bench_cold_start import timed
-from evalsentry.history import History
-from evalsentry.registry import Registry
+from evalsentry.checkpoints.registry import Registry
+from evalsentry.history.store import History
 from evalsentry.trust import Trust
 from tests.integration.prefect_server import prefect_server
 

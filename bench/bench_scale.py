@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from evalsentry.checkpoint import save_checkpoint
+from evalsentry.checkpoints.checkpoint import save_checkpoint
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.flows.dask_cluster import local_cluster
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.registry import Registry
 from evalsentry.trust import Trust
 from examples.digits.model import DigitsCNN
 from examples.digits.train import DATA, FACTORY
@@ -39,8 +39,8 @@ def _synthetic_evalsets(root: Path, rows: int = 20_000) -> Path:
     import numpy as np
     import pyarrow as pa
 
-    from evalsentry.evalsets import InputsSpec
-    from evalsentry.freeze import freeze_evalset
+    from evalsentry.evalsets.evalset import InputsSpec
+    from evalsentry.evalsets.freeze import freeze_evalset
 
     rng = np.random.default_rng(0)
     values = (rng.random(rows * 64, dtype=np.float32) * 16).astype(np.float32)
@@ -104,7 +104,7 @@ def _week(config: Path, runner: str, address: str | None = None) -> float:
 def _evaluation_span(config: Path) -> float:
     """Seconds from the week's first evaluation start to its last finish, from the history."""
     from evalsentry.config import load_config
-    from evalsentry.history import History
+    from evalsentry.history.store import History
 
     frame = History(load_config(config).store_url).evaluations()
     return float((frame["finished_at"].max() - frame["started_at"].min()).total_seconds())

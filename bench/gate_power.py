@@ -6,9 +6,9 @@
 Simulated retrains (``tests.synthetic.simulated_pair``): n examples, base accuracy 0.9, ten
 classes, all five default classification metrics, each example newly wrong with probability
 ``churn / 2 + drop`` and newly right with ``churn / 2``. Every trial runs the real comparison
-(:func:`evalsentry.comparison.measure` and :func:`~evalsentry.comparison.decide`, the default
+(:func:`evalsentry.gate.comparison.measure` and :func:`~evalsentry.gate.comparison.decide`, the default
 config: tolerances, alpha 0.05, 2000 sign flips). The exact oracle is the exact margin test of
-accuracy alone at full alpha (:mod:`evalsentry.margin`): on the same draws, and summed exactly
+accuracy alone at full alpha (:mod:`evalsentry.gate.margin`): on the same draws, and summed exactly
 over every outcome (no simulation error). Every cell has its own fixed seed.
 
 Tables:
@@ -35,12 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from evalsentry.comparison import Measurement, Unit, decide, detectable_of, measure
 from evalsentry.config import GatePolicy, Tolerance
-from evalsentry.margin import margin_test
-from evalsentry.multiplicity import effective_levels
-from evalsentry.resolution import pass_probability
-from evalsentry.verdicts import Verdict
+from evalsentry.gate.comparison import Measurement, Unit, decide, detectable_of, measure
+from evalsentry.gate.margin import margin_test
+from evalsentry.gate.multiplicity import effective_levels
+from evalsentry.gate.resolution import pass_probability
+from evalsentry.gate.verdicts import Verdict
 from tests.synthetic import simulated_pair
 
 FIVE = ["accuracy", "macro_f1", "nll", "ece", "top5_accuracy"]

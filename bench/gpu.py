@@ -20,9 +20,9 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from evalsentry.evalsets import InputsSpec, load_evalset
-from evalsentry.freeze import freeze_evalset
-from evalsentry.inference import release_resident, run_inference
+from evalsentry.evalsets.evalset import InputsSpec, load_evalset
+from evalsentry.evalsets.freeze import freeze_evalset
+from evalsentry.evaluation.inference import release_resident, run_inference
 
 BATCH = 256
 

@@ -14,11 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.config import load_config
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.gate import Verdict, gate_week
-from evalsentry.history import History
-from evalsentry.registry import Registry
+from evalsentry.gate.week import Verdict, gate_week
+from evalsentry.history.store import History
 from examples.digits.train import train
 
 EVALSETS = Path(__file__).parents[1] / "evalsets"

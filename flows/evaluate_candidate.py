@@ -9,13 +9,17 @@ from typing import Any
 from prefect import flow, runtime
 from prefect.client.schemas.objects import State
 
-from evalsentry.candidate import CandidateNotEvaluated, CandidateSteps, candidate_evalsets
-from evalsentry.candidate import evaluate_candidate as evaluate_candidate_
 from evalsentry.config import Config, load_config
 from evalsentry.errors import UsageError
+from evalsentry.evaluation.candidate import (
+    CandidateNotEvaluated,
+    CandidateSteps,
+    candidate_evalsets,
+)
+from evalsentry.evaluation.candidate import evaluate_candidate as evaluate_candidate_
 from evalsentry.flows.runs import RUN_ID_CHARS, complete, fail, quiet_domain_errors, short_id
-from evalsentry.gate import GateReport, Verdict
-from evalsentry.history import History
+from evalsentry.gate.week import GateReport, Verdict
+from evalsentry.history.store import History
 from evalsentry.names import check_name
 from evalsentry.storage import sha256_file
 from evalsentry.tasks import events

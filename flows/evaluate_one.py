@@ -10,11 +10,11 @@ from typing import Any
 
 from prefect import flow, runtime
 
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.config import load_config
+from evalsentry.evaluation.pipeline import Target
 from evalsentry.flows.runs import short_id
 from evalsentry.names import WEEKLY_RUN, WEEKLY_STAGES
-from evalsentry.pipeline import Target
-from evalsentry.registry import Registry
 from evalsentry.tasks.evalsets import check_evalset, load_evalset
 from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device
 from evalsentry.tasks.history import write_history

@@ -3,27 +3,28 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from prefect import flow, get_run_logger, runtime
 from prefect.client.schemas.objects import FlowRun, State
 from prefect.context import FlowRunContext
 
-from evalsentry.alerts import failure_summary
 from evalsentry.config import Config, load_config
-from evalsentry.cost import CostMeter
-from evalsentry.drift import DriftResult
+from evalsentry.cost.meter import CostMeter
 from evalsentry.errors import (
     ConfigError,
     EvalsentryError,
     HistoryError,
     UsageError,
 )
-from evalsentry.evalsets import Evalset, list_evalsets
+from evalsentry.evalsets.evalset import Evalset, list_evalsets
+from evalsentry.evaluation.isolation import prestart
+from evalsentry.evaluation.pipeline import Outcome, Target, new_run_id, week_results
+from evalsentry.evaluation.planning import WeekPlan, binding_text, not_evaluated, tolerance_warnings
 from evalsentry.flows.dask_cluster import dask_runner
+from evalsentry.flows.fan_out import fan_out
 from evalsentry.flows.runs import (
     RUN_ID_CHARS,
     SEPARATOR,
@@ -32,21 +33,12 @@ from evalsentry.flows.runs import (
     quiet_domain_errors,
     short_id,
 )
-from evalsentry.gate import GateReport, Verdict
-from evalsentry.history import History
-from evalsentry.isolation import prestart
+from evalsentry.gate.drift import DriftResult
+from evalsentry.gate.week import GateReport, Verdict
+from evalsentry.history.store import History
 from evalsentry.names import WEEKLY_RUN, WEEKLY_STAGES
-from evalsentry.pipeline import (
-    Outcome,
-    Target,
-    WeekPlan,
-    binding_text,
-    new_run_id,
-    not_evaluated,
-    tolerance_warnings,
-    week_results,
-)
-from evalsentry.report import run_scope
+from evalsentry.reports.alerts import failure_summary
+from evalsentry.reports.report import run_scope
 from evalsentry.tasks import events
 from evalsentry.tasks.drift import check_drift
 from evalsentry.tasks.evalsets import check_evalset, load_evalset
@@ -143,63 +135,6 @@ def _evaluate_jobs(
     return [f.result() for f in futures]
 
 
-FAN_OUT_DEPLOYMENT = "evaluate-one/evaluate-one"
-FAN_OUT_POLL_S = 2.0
-
-
-def _fan_out(jobs: Sequence[Job], run: RunContext, retire: Sequence[str]) -> list[Outcome]:
-    """Run each job as a child flow run of the `evaluate-one` deployment; gather from the history.
-
-    Fails first when no worker polls the deployment's work queue: the children would wait forever.
-    """
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.objects import WorkQueueStatus
-    from prefect.deployments import run_deployment
-
-    from evalsentry.history import History
-    from evalsentry.pipeline import outcomes_of_run
-
-    with get_client(sync_client=True) as client:
-        deployment = client.read_deployment_by_name(FAN_OUT_DEPLOYMENT)
-        pool, queue = deployment.work_pool_name, deployment.work_queue_name or "default"
-        if client.read_work_queue_by_name(queue, pool).status != WorkQueueStatus.READY:
-            raise UsageError(
-                f"no worker has polled work queue {queue!r} of pool {pool!r} in the last minute: "
-                f"start one per GPU host (prefect worker start --pool {pool} --work-queue {queue} "
-                "--limit 1)"
-            )
-    children = [
-        cast(
-            "FlowRun",
-            run_deployment(
-                FAN_OUT_DEPLOYMENT,
-                parameters={
-                    "model": target.model,
-                    "version": target.version,
-                    "evalset": evalset.spec.name,
-                    "week": run.week,
-                    "run_id": run.run_id,
-                    "device": run.device,
-                    "config_path": run.config_path,
-                    "stages": list(run.stages),
-                    "retire": list(retire) if first else [],  # recorded once, by the first
-                },
-                timeout=0,
-            ),
-        )
-        for first, (target, evalset, _) in zip(
-            [True] + [False] * (len(jobs) - 1), jobs, strict=True
-        )
-    ]
-    with get_client(sync_client=True) as client:
-        for child in children:
-            while not (state := client.read_flow_run(child.id).state) or not state.is_final():
-                time.sleep(FAN_OUT_POLL_S)
-            if not state.is_completed():
-                raise UsageError(f"child flow run {child.name} ended {state.name}: {state.message}")
-    return outcomes_of_run(History(run.settings.store_url), run.run_id)
-
-
 def _validate_all(
     names: Sequence[str], evalsets_dir: str, week: str
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
@@ -236,7 +171,7 @@ def _evaluate_and_record(
     retired rows go with the parent's ERROR rows, or else with the first child's.
     """
     if runner.fan_out:  # the child runs append their own results
-        outcomes = _fan_out(jobs, run, [] if not_evaluated else retire) if jobs else []
+        outcomes = fan_out(jobs, run, [] if not_evaluated else retire) if jobs else []
     elif runner.task_runner == "dask":  # each worker measures its own energy
         with dask_runner(runner.dask_address) as dask:
             outcomes = _evaluate_jobs(jobs, run, None, dask)

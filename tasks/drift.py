@@ -8,9 +8,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from evalsentry.config import Config
-from evalsentry.drift import DriftResult
-from evalsentry.evalsets import Evalset
-from evalsentry.pipeline import Outcome, live_drift
+from evalsentry.evalsets.evalset import Evalset
+from evalsentry.evaluation.pipeline import Outcome, live_drift
+from evalsentry.gate.drift import DriftResult
 
 
 @task(name="check-drift", cache_policy=NO_CACHE)

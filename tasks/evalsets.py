@@ -8,8 +8,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
-from evalsentry import evalsets
-from evalsentry.evalsets import Evalset, evalset_folder, fingerprint
+from evalsentry.evalsets import check, evalset
+from evalsentry.evalsets.evalset import Evalset, evalset_folder, fingerprint
 
 
 def _content_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
@@ -22,13 +22,13 @@ def _content_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
 def check_evalset(name: str, evalsets_dir: str) -> dict[str, Any]:
     """Verify the evalset's hashes and run its expectation suite; raises if either fails.
 
-    The task of ``evalsentry.evalsets.check_evalset`` (which raises), not of ``validate_evalset``
+    The task of ``evalsentry.evalsets.check.check_evalset`` (which raises), not of ``validate_evalset``
     (which returns the failures).
     """
-    return evalsets.check_evalset(name, evalsets_dir).to_dict()
+    return check.check_evalset(name, evalsets_dir).to_dict()
 
 
 @task(name="load-evalset", cache_policy=NO_CACHE)
 def load_evalset(name: str, evalsets_dir: str) -> Evalset:
     """Load a verified evalset's tensors (hashes are cached per process, so this is cheap)."""
-    return evalsets.load_evalset(name, evalsets_dir=evalsets_dir)
+    return evalset.load_evalset(name, evalsets_dir=evalsets_dir)

@@ -16,15 +16,15 @@ from prefect import Task, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 
-from evalsentry import pipeline
 from evalsentry.config import Config
-from evalsentry.cost import CostMeter
-from evalsentry.evalsets import Evalset
-from evalsentry.history import History
+from evalsentry.cost.meter import CostMeter
+from evalsentry.evalsets.evalset import Evalset
+from evalsentry.evaluation import pipeline
+from evalsentry.evaluation.pipeline import Outcome, Target
+from evalsentry.evaluation.timing import check_slowdowns, slowdown_pairs
+from evalsentry.gate.verdicts import Comparison
+from evalsentry.history.store import History
 from evalsentry.names import RunKind
-from evalsentry.pipeline import Outcome, Target
-from evalsentry.timing import check_slowdowns, slowdown_pairs
-from evalsentry.verdicts import Comparison
 
 #: Fewest seconds between two updates of an inference's progress artifact: each is an API call,
 #: and a call per batch cost a worker ~0.5 s per 20k-image evaluation on a busy server.
@@ -49,7 +49,7 @@ def on_device(task_: T, device: str) -> T:
     writes on the API server that cost 0.6 s a task on this 2-core machine under load, and up to
     2 s on Prefect's temporary SQLite server (``python -m bench.bench_scale``).
     """
-    from evalsentry.inference import resolve_device
+    from evalsentry.evaluation.inference import resolve_device
 
     if device == "auto":
         device = resolve_device(device)
@@ -75,7 +75,7 @@ def evaluate_checkpoint(
 ) -> Outcome:
     """Evaluate one checkpoint on one evalset; a broken checkpoint or model returns an error outcome.
 
-    ``evalsentry.pipeline.evaluate_checkpoint`` with a progress artifact. The model runs in a child process that ``config.inference_timeout_s`` kills (no Prefect
+    ``evalsentry.evaluation.pipeline.evaluate_checkpoint`` with a progress artifact. The model runs in a child process that ``config.inference_timeout_s`` kills (no Prefect
     ``timeout_seconds``: on a task in a thread it only marks the run TimedOut, the thread runs on).
 
     ``meter`` is the run's energy tracker when tasks share a process (threads); without one (a

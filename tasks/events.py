@@ -1,8 +1,8 @@
 """Events other systems can alert on: a failed week, invalid evalsets, failed checkpoints.
 
 Alert on ``evalsentry.week.failed``: one event per failed weekly run, whatever stopped it, its
-payload the rounded summary of ``evalsentry.alerts.summary`` (or, for a run that failed before
-its gate, ``evalsentry.alerts.failure_summary``). ``evalsentry.regression.detected`` (one per FAIL or ERROR
+payload the rounded summary of ``evalsentry.reports.alerts.summary`` (or, for a run that failed before
+its gate, ``evalsentry.reports.alerts.failure_summary``). ``evalsentry.regression.detected`` (one per FAIL or ERROR
 comparison) is detail for the event feed of each model; an alert on it sends one message per
 metric x slice x reference.
 """
@@ -16,9 +16,9 @@ from typing import Any
 from prefect import runtime
 from prefect.events import emit_event
 
-from evalsentry.alerts import comparison_row, summary
-from evalsentry.drift import DriftResult
-from evalsentry.gate import Comparison, GateReport
+from evalsentry.gate.drift import DriftResult
+from evalsentry.gate.week import Comparison, GateReport
+from evalsentry.reports.alerts import comparison_row, summary
 
 WEEK_FAILED = "evalsentry.week.failed"
 CANDIDATE_FAILED = "evalsentry.candidate.failed"
@@ -67,7 +67,7 @@ def week_failed(
 ) -> None:
     """The week's one alert, about the week, naming the run and the models.
 
-    ``payload`` is :func:`evalsentry.alerts.summary` or :func:`~evalsentry.alerts.failure_summary`.
+    ``payload`` is :func:`evalsentry.reports.alerts.summary` or :func:`~evalsentry.reports.alerts.failure_summary`.
     """
     emit_event(
         WEEK_FAILED,

@@ -6,10 +6,10 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from evalsentry import gate
 from evalsentry.config import Config, GatePolicy
-from evalsentry.gate import GateReport
-from evalsentry.history import History
+from evalsentry.gate import week as gate
+from evalsentry.gate.week import GateReport
+from evalsentry.history.store import History
 
 
 @task(name="gate-week", cache_policy=NO_CACHE)

@@ -8,9 +8,9 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from evalsentry.history import History
+from evalsentry.evaluation.pipeline import Outcome, record
+from evalsentry.history.store import History
 from evalsentry.names import WEEKLY_STAGES
-from evalsentry.pipeline import Outcome, record
 
 
 @task(name="write-history", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2)

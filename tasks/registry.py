@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from evalsentry import pipeline
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.config import Config
-from evalsentry.history import History
-from evalsentry.pipeline import WeekPlan
-from evalsentry.registry import Registry
+from evalsentry.evaluation import planning
+from evalsentry.evaluation.planning import WeekPlan
+from evalsentry.history.store import History
 from evalsentry.tasks import unless_usage_error
 
 
@@ -31,7 +31,7 @@ def plan_week(
     stages: Sequence[str],
 ) -> WeekPlan:
     """The checkpoints and evalsets this run evaluates; fails when that is nothing."""
-    return pipeline.plan_week(
+    return planning.plan_week(
         config,
         Registry(config.registry_url),
         History(config.store_url),

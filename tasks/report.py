@@ -13,14 +13,15 @@ from prefect import task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from evalsentry.artifacts import bill_rows, details_artifact, report_artifact
-from evalsentry.bill import Lifetime, lifetime
 from evalsentry.config import Config
-from evalsentry.drift import DriftResult
-from evalsentry.gate import GateReport
-from evalsentry.history import History
-from evalsentry.html_report import render_report
-from evalsentry.report import browser_link, file_stem, metrics_table, weekly_markdown
+from evalsentry.gate.drift import DriftResult
+from evalsentry.gate.week import GateReport
+from evalsentry.history.store import History
+from evalsentry.reports.artifacts import bill_rows, details_artifact, report_artifact
+from evalsentry.reports.bill import Lifetime, lifetime
+from evalsentry.reports.html_report import render_report
+from evalsentry.reports.report import browser_link, file_stem, metrics_table
+from evalsentry.reports.weekly import weekly_markdown
 from evalsentry.storage import filesystem, join, write_atomic
 
 REPORTS = "reports"

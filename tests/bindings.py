@@ -8,10 +8,10 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from evalsentry.checkpoint import save_checkpoint
-from evalsentry.evalsets import InputsSpec
-from evalsentry.freeze import freeze_evalset
-from evalsentry.registry import Registry
+from evalsentry.checkpoints.checkpoint import save_checkpoint
+from evalsentry.checkpoints.registry import Registry
+from evalsentry.evalsets.evalset import InputsSpec
+from evalsentry.evalsets.freeze import freeze_evalset
 from tests.models import TRUST, TRUSTED_YAML, TinyNet
 
 #: Evalset name -> number of feature columns; the model of the same name reads that many.

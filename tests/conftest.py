@@ -48,7 +48,7 @@ def tiny_checkpoint(tmp_path: Path, pinned_git: str, train_data: Path) -> Path:
     """A real checkpoint of a tiny model, saved through save_checkpoint."""
     import torch
 
-    from evalsentry.checkpoint import save_checkpoint
+    from evalsentry.checkpoints.checkpoint import save_checkpoint
     from tests.models import TinyNet
 
     torch.manual_seed(0)
@@ -127,8 +127,8 @@ def toy_evalset(tmp_path: Path) -> Path:
     import pyarrow as pa
     import torch
 
-    from evalsentry.evalsets import InputsSpec
-    from evalsentry.freeze import freeze_evalset
+    from evalsentry.evalsets.evalset import InputsSpec
+    from evalsentry.evalsets.freeze import freeze_evalset
 
     rng = np.random.default_rng(3)
     features = rng.normal(size=(TOY_ROWS, 4)).astype(np.float32)
@@ -160,7 +160,7 @@ def toy_checkpoints(tmp_path: Path, pinned_git: str, train_data: Path) -> dict[s
     """Checkpoints for the toy evalset: 'good' (the teacher) and 'degraded' (a biased copy)."""
     import torch
 
-    from evalsentry.checkpoint import save_checkpoint
+    from evalsentry.checkpoints.checkpoint import save_checkpoint
 
     good = _teacher()
     degraded = _teacher()

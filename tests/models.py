@@ -15,7 +15,7 @@ TRUSTED_FACTORIES = (
     "tests.models",
     "tests.models:tiny_net",
     "tests.models:exploding_factory",
-    "tests.unit.test_inference",
+    "tests.unit.evaluation.test_inference",
 )
 TRUST = Trust(TRUSTED_FACTORIES)
 #: The same, as a line of evalsentry.yaml.
@@ -160,3 +160,26 @@ class TiedNet(TinyNet):
         super().__init__(features, classes, hidden)
         self.tied = nn.Linear(hidden, classes, bias=False)
         self.tied.weight = self.body[2].weight  # type: ignore[index]
+
+
+def retrained_checkpoints(
+    folder: Path, count: int, data: Path, **factory_kwargs: int
+) -> list[Path]:
+    """``count`` checkpoints of one TinyNet line (seeds 0, 1, ...): each file other weights."""
+    from evalsentry.checkpoints.checkpoint import save_checkpoint
+
+    paths = []
+    for seed in range(count):
+        torch.manual_seed(seed)
+        paths.append(
+            save_checkpoint(
+                TinyNet(**factory_kwargs),
+                folder / f"{seed}.pt",
+                metrics={},
+                config={"seed": seed},
+                seed=seed,
+                data=data,
+                factory_kwargs=factory_kwargs or None,
+            )
+        )
+    return paths

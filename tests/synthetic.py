@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from evalsentry.history import History
-from evalsentry.metrics import compute_metrics, get_metric
+from evalsentry.gate.metrics import compute_metrics, get_metric
+from evalsentry.history.store import History
 
 CLASSES = 3
 SHA_EVALSET = "e" * 64

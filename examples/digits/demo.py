@@ -20,10 +20,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.config import load_config
 from evalsentry.flows.runs import outcome_line
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.registry import Registry
 from evalsentry.weeks import iso_week, now_utc
 from examples.digits.train import train
 

@@ -28,7 +28,7 @@ from torch import nn
 import evalsentry
 from evalsentry.config import CostRates, load_config
 from evalsentry.errors import EvalsentryError, UsageError
-from evalsentry.evalsets import InputsSpec
+from evalsentry.evalsets.evalset import InputsSpec
 
 HERE = Path(__file__).resolve().parent
 ID_COLUMN = "row"

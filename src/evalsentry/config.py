@@ -9,12 +9,10 @@ there is an error, never an empty project.
 from __future__ import annotations
 
 import re
-from datetime import date, datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -26,6 +24,10 @@ from pydantic import (
     model_validator,
 )
 
+from evalsentry.documents import (
+    _parse_yaml,
+    config_error,
+)
 from evalsentry.errors import ConfigError, did_you_mean
 from evalsentry.trust import DEFAULT_MAX_CHECKPOINT_BYTES, TRUSTED_ENTRY, Trust
 
@@ -44,18 +46,12 @@ DEFAULT_METRIC_TOLERANCES: dict[str, float | str] = {
 #: Seconds one evaluation (building the model and running it over the evalset) may take before
 #: its process is killed and the pair recorded as an error: generous, a backstop against hangs.
 DEFAULT_INFERENCE_TIMEOUT_S = 3600.0
-#: The field that holds the folder relative locations resolve in: set from the file's place,
-#: never by the file itself.
-_ROOT = "root"
-#: How YAML keys that are not text read to a person (``1:``, ``null:``, ``2026-01-01:``).
-_KEY_KINDS: dict[type, str] = {
-    bool: "true/false",
-    int: "a number",
-    float: "a number",
-    type(None): "null",
-    date: "a date",
-    datetime: "a date",
-}
+#: The per-row summaries a tensor input's drift can be measured on (``drift.features``); each
+#: is computed by ``evalsentry.gate.drift.ROW_SUMMARIES`` under the same name.
+ROW_SUMMARY_NAMES = ("mean", "std", "min", "max", "share_above_half_max")
+#: The summaries of a tensor evalset ``drift.features`` does not list: meaningful for any
+#: values, where a share above a threshold assumes non-negative intensities such as pixels.
+DEFAULT_ROW_SUMMARIES: tuple[str, ...] = ("mean", "std", "min", "max")
 
 
 #: Every settings model: unknown keys refused; strict types, so ``yes`` (YAML's true) is never
@@ -140,19 +136,15 @@ class GatePolicy(BaseModel):
 
 
 def _known_row_summaries(names: list[str]) -> list[str]:
-    """``names`` when each is a row summary drift.py offers, listed once."""
-    # The summaries are defined, and so named, in drift.py alone; imported late because
-    # drift.py imports this module.
-    from evalsentry.drift import DEFAULT_ROW_SUMMARIES, ROW_SUMMARIES
-
-    known = list(ROW_SUMMARIES)
+    """``names`` when each is a row summary drift offers, listed once."""
+    known = list(ROW_SUMMARY_NAMES)
     if not names:
         raise ValueError(
             f"no features listed; list some of {', '.join(known)}, or remove the entry for the "
             f"default ({', '.join(DEFAULT_ROW_SUMMARIES)})"
         )
     for name in names:
-        if name not in ROW_SUMMARIES:
+        if name not in ROW_SUMMARY_NAMES:
             raise ValueError(
                 f"unknown feature {name!r}; choose from {', '.join(known)}."
                 f"{did_you_mean(name, known)}"
@@ -173,7 +165,7 @@ class DriftPolicy(BaseModel):
     features: dict[str, Annotated[list[str], AfterValidator(_known_row_summaries)]] = Field(
         default_factory=dict,
         description="tensor evalset name -> the per-row summaries its drift is measured on "
-        "(names in evalsentry.drift.ROW_SUMMARIES); unlisted: drift.DEFAULT_ROW_SUMMARIES",
+        "(names in evalsentry.gate.drift.ROW_SUMMARIES); unlisted: drift.DEFAULT_ROW_SUMMARIES",
     )
     psi_warn: float = Field(0.1, ge=0)
     psi_fail: float = Field(0.25, ge=0)
@@ -369,34 +361,6 @@ def find_config(start: str | Path | None = None) -> Path | None:
     return None
 
 
-class DuplicateKey(yaml.YAMLError):
-    """A mapping of a settings document names one key twice."""
-
-    def __init__(self, key: str, first: int, line: int) -> None:
-        self.key, self.first, self.line = key, first, line
-        super().__init__(f"duplicate key {key!r}")
-
-
-class UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (it keeps the last)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        """The mapping, once each text key is known to be given once.
-
-        Raises:
-            DuplicateKey: naming the key and both lines.
-        """
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            line = key_node.start_mark.line + 1
-            if isinstance(key, str) and key in seen:
-                raise DuplicateKey(key, seen[key], line)
-            if isinstance(key, str):
-                seen[key] = line
-        return super().construct_mapping(node, deep=deep)
-
-
 def load_config(path: str | Path | None = None) -> Config:
     """Load ``evalsentry.yaml``.
 
@@ -443,73 +407,3 @@ def load_config(path: str | Path | None = None) -> Config:
         raise config_error(file, exc) from None
     config._source = str(file.resolve())
     return config
-
-
-def _parse_yaml(file: Path, text: str) -> dict[str, object]:
-    """The document's top-level mapping, its keys checked to be setting names."""
-    try:
-        data = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except DuplicateKey as exc:
-        raise ConfigError(
-            file,
-            exc.key,
-            f"given twice (lines {exc.first} and {exc.line}); YAML keeps only the last, so the "
-            "first would be silently lost: keep one",
-        ) from None
-    except yaml.YAMLError as exc:
-        detail = exc.__class__.__name__
-        if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
-            mark = exc.problem_mark
-            detail = exc.problem + (f", line {mark.line + 1}" if mark is not None else "")
-        raise ConfigError(file, "", f"not valid YAML ({detail}); fix the syntax") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(
-            file,
-            "(top level)",
-            f"expected a mapping of settings (like `store: .evalsentry`), got a "
-            f"{type(data).__name__}",
-        )
-    for key in data:
-        if not isinstance(key, str):
-            kind = _KEY_KINDS.get(type(key), f"a {type(key).__name__}")
-            raise ConfigError(
-                file,
-                "null" if key is None else str(key),
-                f"a setting name must be text, not {kind}; remove it or check its spelling",
-            )
-    if _ROOT in data:
-        raise ConfigError(
-            file,
-            _ROOT,
-            "not a setting: relative locations resolve against the folder holding this file; "
-            "remove it",
-        )
-    return data
-
-
-_TYPE_TAGS = frozenset({"float", "int", "str", "bool"})
-
-
-def config_error(file: object, exc: ValidationError) -> ConfigError:
-    """The first pydantic error as a ``ConfigError`` naming file and field."""
-    first = exc.errors()[0]
-    # A union's member (``max_drop: float | str`` -> ``.float``) is no part of the setting's name.
-    field = ".".join(
-        str(p)
-        for p in first["loc"]
-        if str(p) not in _TYPE_TAGS and not str(p).startswith("function-")
-    ) or ("(top level)")
-    message = first["msg"].removeprefix("Value error, ")  # pydantic's wrapping of a ValueError
-    given = first.get("input")
-    if first["type"] == "extra_forbidden":
-        message = "unknown field; remove it or check its spelling"
-    elif isinstance(given, bool):
-        message = (
-            f"{str(given).lower()} is not a value this setting takes ({message[0].lower()}"
-            f"{message[1:]}); YAML reads yes/no/on/off as true/false: write the value itself"
-        )
-    elif first["type"] == "finite_number":
-        message = f"{given} is not a finite number; give one"
-    return ConfigError(file, field, message)

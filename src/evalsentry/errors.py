@@ -301,3 +301,14 @@ def _model(model: dict[str, Any], limit: int = 200) -> str:
     kwargs = ", ".join(f"{k}={v!r}" for k, v in sorted(model.get("kwargs", {}).items()))
     text = f"{model.get('factory')}({kwargs})"
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+REASON_CHARS = 300  # of an exception's message in a failure reason: the cause, not a dump
+
+
+def exception_line(exc: BaseException) -> str:
+    """``Type: message`` on one line (whitespace collapsed, cut to ``REASON_CHARS``)."""
+    message = " ".join(str(exc).split())
+    if len(message) > REASON_CHARS:
+        message = message[: REASON_CHARS - 1].rstrip() + "…"
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

@@ -15,7 +15,7 @@ model. Factories from the standard library, ``torch`` or ``builtins`` stay refus
 listed (``subprocess:run``, ``torch.hub:load``): defence in depth behind the list.
 
 ``max_checkpoint_bytes`` bounds reading: the file, and the uncompressed sizes its zip archive
-declares, are checked before anything is inflated (``evalsentry.checkpoint.check_archive``).
+declares, are checked before anything is inflated (``evalsentry.checkpoints.payload.check_archive``).
 """
 
 from __future__ import annotations

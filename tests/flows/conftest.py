@@ -30,7 +30,7 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 @pytest.fixture
 def toy_project(tmp_path: Path, toy_evalset: Path, toy_checkpoints: dict[str, Path]) -> Path:
     """A project with the toy evalset, and the good checkpoint as production of 'toy-model'."""
-    from evalsentry.registry import Registry
+    from evalsentry.checkpoints.registry import Registry
 
     config = tmp_path / "evalsentry.yaml"
     config.write_text(

@@ -7,7 +7,7 @@ from pathlib import Path
 from evalsentry.cli import main
 from evalsentry.config import load_config
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.history import History
+from evalsentry.history.store import History
 from evalsentry.names import NO_EVALSET
 from tests.bindings import BOUND, estate
 

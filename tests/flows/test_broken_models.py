@@ -11,12 +11,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.config import load_config
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.history import History
-from evalsentry.registry import Registry
+from evalsentry.history.store import History
 from tests.models import TRUST, SleepingNet
-from tests.unit.test_pipeline import BROKEN, save_model
+from tests.unit.evaluation.test_pipeline import BROKEN, save_model
 
 WEEK = "2026-W40"
 TIMEOUT = (

@@ -8,11 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.config import load_config
 from evalsentry.flows.dask_cluster import TRIM_ENV, WORKER_CONFIG, current_api_url, local_cluster
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.history import History
-from evalsentry.registry import Registry
+from evalsentry.history.store import History
 from tests.flows.api import task_runs
 from tests.models import TRUST, TRUSTED_YAML
 

@@ -57,9 +57,9 @@ def test_the_alert_automations_are_valid_for_the_prefect_api() -> None:
     from prefect.server.schemas.states import State, StateType
     from prefect.server.utilities.user_templates import render_user_template_sync
 
-    from evalsentry.alerts import summary
     from evalsentry.flows.alerts import AUTOMATION_FILE, load_automations
-    from evalsentry.gate import Comparison, GateReport, Verdict
+    from evalsentry.gate.week import Comparison, GateReport, Verdict
+    from evalsentry.reports.alerts import summary
     from evalsentry.tasks.events import WEEK_FAILED
 
     block = uuid.uuid4()

@@ -12,14 +12,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from evalsentry.checkpoint import save_checkpoint
+from evalsentry.checkpoints.checkpoint import save_checkpoint
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.config import load_config
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.history import History
-from evalsentry.registry import Registry
+from evalsentry.history.store import History
 from tests.flows.api import wait_for_events
 from tests.models import TRUST, Marker, TinyNet
-from tests.unit.test_evalsets import rewrite
+from tests.unit.evalsets.test_evalsets import rewrite
 
 
 def _history(config: Path) -> History:

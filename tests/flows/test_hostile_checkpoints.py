@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.cli import main
 from evalsentry.config import load_config
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.history import History
-from evalsentry.registry import Registry
+from evalsentry.history.store import History
 from tests.hostile import (
     SMALL_LIMIT,
     assert_nothing_ran,

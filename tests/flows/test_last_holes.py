@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.cli import main
 from evalsentry.config import load_config
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.registry import Registry
 from tests.models import TRUST
 
 
@@ -42,7 +42,7 @@ def test_a_model_hanging_on_the_live_sample_is_a_drift_warning_not_a_hung_week(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from evalsentry.history import History
+    from evalsentry.history.store import History
     from tests.flows.test_poisoning import _as
     from tests.models import HangsOnLiveData
 
@@ -71,7 +71,7 @@ def test_an_entry_registered_before_the_check_fails_only_its_own_line(
     """A registry entry whose lineage holds a text seed: its line's ERROR; the others recorded."""
     import json
 
-    from evalsentry.history import History
+    from evalsentry.history.store import History
 
     registry = Registry(load_config(toy_project).registry_url)
     entry = registry.register(toy_checkpoints["degraded"], "odd", stage="production", trust=TRUST)

@@ -19,12 +19,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.cli import main
 from evalsentry.config import load_config
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.gate import gate_week
-from evalsentry.history import History
-from evalsentry.registry import Registry
+from evalsentry.gate.week import gate_week
+from evalsentry.history.store import History
 from tests.flows.api import wait_for_events
 from tests.models import TRUST, TRUSTED_YAML
 from tests.unit.test_one_truth import readme_block

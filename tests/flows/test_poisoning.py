@@ -13,11 +13,11 @@ import pytest
 import torch
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from evalsentry.checkpoint import save_checkpoint
+from evalsentry.checkpoints.checkpoint import save_checkpoint
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.config import load_config
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.history import History
-from evalsentry.registry import Registry
+from evalsentry.history.store import History
 from tests.models import TRUST, MutatingNet
 
 WEEK = "2026-W40"
@@ -78,7 +78,7 @@ def test_70_a_history_write_retried_after_a_failure_resumes(
     The write-history task's retry finds its own predictions file and resumes: the week is
     recorded once, and nothing says the store refused a name.
     """
-    import evalsentry.history as history_module
+    import evalsentry.history.store as history_module
 
     real = history_module.write_atomic
     refused: list[str] = []

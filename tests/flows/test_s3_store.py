@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.cli import main
 from evalsentry.config import load_config
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.registry import Registry
-from tests.models import TRUST, TRUSTED_YAML
+from tests.models import TRUST, TRUSTED_YAML, retrained_checkpoints
 
 BUCKET = "evalsentry-test"
 
@@ -130,21 +130,8 @@ def test_racing_registrations_on_s3_get_distinct_versions(
     s3_project: Path, tmp_path: Path, train_data: Path
 ) -> None:
     """Version claims use S3 conditional writes: concurrent registrations never overwrite each other."""
-    from evalsentry.checkpoint import save_checkpoint
-    from tests.models import TinyNet
-
-    files = [  # six different files: the same file again would be the existing version
-        save_checkpoint(
-            TinyNet(),
-            tmp_path / "raced" / f"{i}.pt",
-            metrics={},
-            config={"i": i},
-            seed=i,
-            data=train_data,
-            factory_kwargs={"features": 4, "classes": 3},
-        )
-        for i in range(6)
-    ]
+    # six different files: the same file again would be the existing version
+    files = retrained_checkpoints(tmp_path / "raced", 6, train_data, features=4, classes=3)
     registry = Registry(load_config(s3_project).registry_url)
     with ThreadPoolExecutor(max_workers=6) as pool:
         entries = list(pool.map(lambda f: registry.register(f, "raced", trust=TRUST), files))

@@ -14,18 +14,18 @@ import pytest
 import torch
 from prefect.client.orchestration import get_client
 
-from evalsentry.checkpoint import save_checkpoint
+from evalsentry.checkpoints.checkpoint import save_checkpoint
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.config import load_config
 from evalsentry.flows.evaluate_candidate import evaluate_candidate
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.history import History
-from evalsentry.registry import Registry
+from evalsentry.history.store import History
 from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device
 from evalsentry.weeks import iso_week
 from tests.flows.api import alerts_of, run_logs, run_name, task_runs
 from tests.flows.test_s3_store import s3_endpoint, s3_project  # noqa: F401 - fixtures, moto on loopback
 from tests.models import TRUST, SlowNet
-from tests.unit.test_evalsets import edit
+from tests.unit.evalsets.test_evalsets import edit
 
 
 def history(config: Path) -> History:
@@ -299,7 +299,7 @@ class TestDrift:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from evalsentry.evalsets import load_evalset
+        from evalsentry.evalsets.evalset import load_evalset
 
         values = load_evalset(toy_evalset).inputs.reshape(-1) + 1.5
         path = tmp_path / "live.parquet"

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.flows.alerts import BLOCK_NAME, GRACE_VARIABLE, URL_VARIABLE
-from evalsentry.registry import Registry
 from tests.integration.prefect_server import ROOT, api, free_port, read_logs, run_week
 from tests.models import TRUST, TRUSTED_YAML
 

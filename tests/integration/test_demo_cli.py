@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from evalsentry.config import load_config
-from evalsentry.history import History
+from evalsentry.history.store import History
 from tests.integration.prefect_server import ROOT
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evalsentry.registry import Registry
+from evalsentry.checkpoints.registry import Registry
 from tests.integration.prefect_server import (
     prefect_server,
     read_week,
@@ -41,7 +41,7 @@ def test_fan_out_spreads_the_children_over_the_fan_out_workers(
 ) -> None:
     """Each fan-out worker runs some of the week's children, none runs on the parent's worker, and
     the parent gathers all four results under its run id and gates them."""
-    from evalsentry.history import History
+    from evalsentry.history.store import History
 
     config = _config(tmp_path, toy_evalset, toy_checkpoints)
     env = {**server, "PREFECT_WORKER_QUERY_SECONDS": "2"}

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from evalsentry.history import History
+from evalsentry.history.store import History
 from tests.integration.prefect_server import ROOT, prefect_server, read_run
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evalsentry.registry import Registry
+from evalsentry.checkpoints.registry import Registry
 from tests.integration.prefect_server import (
     PREFECT,
     ROOT,

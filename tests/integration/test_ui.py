@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.config import load_config
-from evalsentry.evalsets import load_evalset
-from evalsentry.history import History
-from evalsentry.pipeline import Target, evaluate_checkpoint, record
-from evalsentry.registry import Registry
+from evalsentry.evalsets.evalset import load_evalset
+from evalsentry.evaluation.pipeline import Target, evaluate_checkpoint, record
+from evalsentry.history.store import History
 from tests.integration.browser import CHROMIUM, Page, chromium
 from tests.integration.prefect_server import api, run_week
 from tests.models import TRUST, TRUSTED_YAML

@@ -61,15 +61,15 @@ def test_flows_and_tasks_are_imported_only_as_the_installed_package() -> None:
 
 
 def test_evaluation_does_not_import_the_gate_for_metric_names() -> None:
-    """Metric names, slices and the overall slice come from `evalsentry.metrics`: no module
-    imports the decision module (`evalsentry.gate`) for them."""
+    """Metric names, slices and the overall slice come from `evalsentry.gate.metrics`: no module
+    imports the decision module (`evalsentry.gate.week`) for them."""
     root = SRC.parents[1]
     moved = {"metric_names", "OVERALL", "SLICE_PREFIX", "slice_column", "slice_columns"}
     offenders = []
     for folder in ("src", "flows", "tasks", "bench", "examples"):
         for path in (root / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.ImportFrom) and node.module == "evalsentry.gate":
+                if isinstance(node, ast.ImportFrom) and node.module == "evalsentry.gate.week":
                     offenders += [
                         f"{path.relative_to(root)}: {a.name}" for a in node.names if a.name in moved
                     ]
@@ -77,6 +77,7 @@ def test_evaluation_does_not_import_the_gate_for_metric_names() -> None:
 
 
 MAX_FUNCTION_LINES = 60
+MAX_MODULE_LINES = 500
 
 
 def test_no_function_is_over_60_lines() -> None:
@@ -92,3 +93,134 @@ def test_no_function_is_over_60_lines() -> None:
                     if length > MAX_FUNCTION_LINES:
                         offenders.append(f"{path.relative_to(root)}:{node.name} {length}")
     assert offenders == [], "\n".join(offenders)
+
+
+def test_no_module_is_over_500_lines() -> None:
+    """Every module in src/evalsentry, flows and tasks is at most 500 lines: a longer one holds
+    more than one concern, and is split by them."""
+    root = SRC.parents[1]
+    offenders = [
+        f"{path.relative_to(root)} {length}"
+        for folder in (SRC, root / "flows", root / "tasks")
+        for path in sorted(folder.rglob("*.py"))
+        if (length := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
+    assert offenders == [], "\n".join(offenders)
+
+
+#: The library's layers, lowest first: a module may import its own layer and those below it,
+#: never one above (the gate reads results and never runs a model; nothing imports reports).
+LAYERS = (
+    "root",  # errors, names, weeks, storage, trust, documents, config
+    "cost",
+    "checkpoints",
+    "evalsets",
+    "history",
+    "gate",
+    "evaluation",
+    "reports",
+    "cli",
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(name: str) -> bool:
+    """Whether ``name`` (``evalsentry.x.y``) is a module or package of the library."""
+    path = SRC.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _layer(module: str) -> int:
+    """The layer index of an evalsentry module (a root module is layer 0)."""
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 2 or parts[-1] in LAYERS else 0
+
+
+def _imports(tree: ast.AST, *, typing_only: bool) -> list[str]:
+    """The evalsentry modules a module imports, at any depth of its code; ``typing_only=False``
+    leaves out those under ``if TYPE_CHECKING:``, which never run."""
+    found: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        if (
+            not typing_only
+            and isinstance(node, ast.If)
+            and ast.unparse(node.test) == "TYPE_CHECKING"
+        ):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            # ``from evalsentry.gate import week`` imports the module evalsentry.gate.week
+            found.extend(
+                f"{node.module}.{a.name}" if _is_module(f"{node.module}.{a.name}") else node.module
+                for a in node.names
+            )
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return [m for m in found if m.split(".")[0] == "evalsentry" and m.split(".")[1:2] != ["flows"]]
+
+
+def _graph(*, typing_only: bool) -> dict[str, set[str]]:
+    """Each library module (the package's lazy ``__init__`` aside) and what it imports."""
+    graph = {}
+    for path in sorted(SRC.rglob("*.py")):
+        module = _module_name(path)
+        if module == "evalsentry":
+            continue
+        tree = ast.parse(path.read_text())
+        graph[module] = {m for m in _imports(tree, typing_only=typing_only) if m != module}
+    return graph
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    """Every import, a type checker's included, points down the layers (or stays in one)."""
+    offenders = [
+        f"{module} ({LAYERS[_layer(module)]}) imports {target} ({LAYERS[_layer(target)]})"
+        for module, targets in _graph(typing_only=True).items()
+        for target in sorted(targets)
+        if target != "evalsentry" and _layer(target) > _layer(module)
+    ]
+    assert offenders == []
+
+
+def test_there_is_no_import_cycle() -> None:
+    """No chain of imports that run (module level or inside a function) leads back to its
+    start; an import only a type checker reads (``if TYPE_CHECKING:``) is not one."""
+    graph = _graph(typing_only=False)
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[str] = []
+
+    def walk(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                cycles.append(" -> ".join([*path[path.index(target) :], target]))
+            elif target in graph and not state.get(target):
+                walk(target, [*path, target])
+        state[module] = 2
+
+    for module in graph:
+        if not state.get(module):
+            walk(module, [module])
+    assert cycles == []
+
+
+def test_the_layers_are_the_packages() -> None:
+    """Each layer above the root is a subpackage whose docstring says what it owns, and the
+    root holds only the modules every layer shares."""
+    packages = sorted(p.name for p in SRC.iterdir() if (p / "__init__.py").is_file())
+    assert packages == sorted(LAYERS[1:])
+    for name in packages:
+        doc = ast.get_docstring(ast.parse((SRC / name / "__init__.py").read_text()))
+        assert doc and "Owns:" in doc and "mport" in doc, name
+    root = sorted(p.stem for p in SRC.glob("*.py") if p.stem != "__init__")
+    assert root == ["config", "documents", "errors", "names", "storage", "trust", "weeks"]

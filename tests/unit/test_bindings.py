@@ -9,13 +9,8 @@ import pytest
 from evalsentry.cli import main
 from evalsentry.config import Config, load_config
 from evalsentry.errors import ConfigError, UsageError
-from evalsentry.pipeline import (
-    Target,
-    binding_text,
-    check_bindings,
-    evalsets_for,
-    pair_targets,
-)
+from evalsentry.evaluation.pipeline import Target
+from evalsentry.evaluation.planning import binding_text, check_bindings, evalsets_for, pair_targets
 from tests.bindings import BOUND, estate
 
 AVAILABLE = ["narrow", "wide"]
@@ -89,7 +84,7 @@ def test_a_misspelt_drift_entry_is_refused_not_ignored(tmp_path: Path) -> None:
 
 def test_drift_features_for_named_columns_are_refused_before_a_run(tmp_path: Path) -> None:
     """Row summaries listed for an evalset with named columns: refused before any evaluation."""
-    from tests.unit.test_drift import freeze_tabular
+    from tests.unit.gate.test_drift import freeze_tabular
 
     freeze_tabular(tmp_path / "evalsets")
     config = _config(tmp_path, "drift:\n  features:\n    tab: [mean]\n")

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import torch
 
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.cli import main
-from evalsentry.registry import Registry
 from tests.conftest import _teacher
 from tests.models import TRUSTED_YAML
-from tests.unit.test_handwritten_checkpoints import LINEAGE
+from tests.unit.checkpoints.test_handwritten_checkpoints import LINEAGE
 
 MODEL = {"factory": "tests.models:TinyNet", "kwargs": {"features": 4, "classes": 3, "hidden": 8}}
 
@@ -117,7 +117,7 @@ class TestLineageValues:
         capsys: pytest.CaptureFixture[str],
     ) -> None:
         """75: `evaluate` of such a file: exit 2, the field named; its ERROR recorded, no result."""
-        from evalsentry.history import History
+        from evalsentry.history.store import History
 
         (project / "evalsentry.yaml").write_text(f"evalsets: {toy_evalset.parent}\n" + TRUSTED_YAML)
         path = checkpoint_with(project / "odd.pt", seed="abc")
@@ -153,7 +153,7 @@ class TestRecordingOnePairFails:
         self, tmp_path: Path
     ) -> None:
         """77: one evaluation row with a value its column cannot hold: that pair alone is ERROR."""
-        from evalsentry.history import History
+        from evalsentry.history.store import History
         from tests.synthetic import accuracy_mask, record_week
 
         history = History(str(tmp_path / "store"))

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from evalsentry.cli import main
-from evalsentry.history import History
+from evalsentry.history.store import History
 from evalsentry.names import CANDIDATE_CHECK, NO_EVALSET
 from tests.synthetic import accuracy_mask, record_week
 
@@ -246,10 +246,10 @@ class TestUmask:
         folder_mode: int,
     ) -> None:
         """Checkpoints, registry entries, history files, reports and evalsets: a plain write's modes."""
-        from evalsentry.checkpoint import save_checkpoint
-        from evalsentry.evalsets import InputsSpec
-        from evalsentry.freeze import freeze_evalset
-        from evalsentry.registry import Registry
+        from evalsentry.checkpoints.checkpoint import save_checkpoint
+        from evalsentry.checkpoints.registry import Registry
+        from evalsentry.evalsets.evalset import InputsSpec
+        from evalsentry.evalsets.freeze import freeze_evalset
         from evalsentry.storage import filesystem, write_atomic
         from tests.models import TRUST, TinyNet
 
@@ -352,7 +352,7 @@ class TestTyposRefused:
         self, trusted_project: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """`--model fiar` beside `fair`: exit 2 with a did-you-mean; nothing registered."""
-        from evalsentry.registry import Registry
+        from evalsentry.checkpoints.registry import Registry
 
         assert main(["register", str(tiny_checkpoint), "--model", "fair", "--new-model"]) == 0
         capsys.readouterr()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from evalsentry.checkpoint import load_checkpoint
+from evalsentry.checkpoints.checkpoint import load_checkpoint
 from tests.models import TRUST
 
 
@@ -51,7 +51,7 @@ class TestRacingRegistrations:
         import subprocess
         import sys
 
-        from evalsentry.registry import Registry
+        from evalsentry.checkpoints.registry import Registry
         from tests.models import TRUSTED_YAML
 
         (tmp_path / "evalsentry.yaml").write_text(TRUSTED_YAML)
@@ -99,7 +99,7 @@ class TestStrayModules:
         import shutil
 
         from tests.conftest import _teacher
-        from tests.unit.test_handwritten_checkpoints import LINEAGE
+        from tests.unit.checkpoints.test_handwritten_checkpoints import LINEAGE
 
         project = tmp_path / "project"
         project.mkdir()
@@ -185,7 +185,7 @@ class TestBaselinesAndReferences:
     ) -> None:
         """64: `baseline set` to a week holding only a candidate's row: exit 2, nothing pinned."""
         from evalsentry.cli import main
-        from evalsentry.history import History
+        from evalsentry.history.store import History
         from tests.synthetic import accuracy_mask, record_week
 
         history = History(str(project / "store"))
@@ -210,7 +210,7 @@ class TestBaselinesAndReferences:
         import numpy as np
 
         from evalsentry.cli import main
-        from evalsentry.history import History
+        from evalsentry.history.store import History
         from tests.synthetic import accuracy_mask, record_week
 
         history = History(str(project / "store"))
@@ -237,7 +237,7 @@ class TestBaselinesAndReferences:
     ) -> None:
         """65: `evaluate` when every production evaluation of the line failed: exit 2, not 0."""
         from evalsentry.cli import main
-        from evalsentry.history import History
+        from evalsentry.history.store import History
         from tests.models import TRUSTED_YAML
         from tests.synthetic import accuracy_mask, record_week
 
@@ -303,9 +303,9 @@ class TestOddText:
         import xmlschema
 
         from evalsentry.cli import main
-        from evalsentry.history import History
+        from evalsentry.history.store import History
         from tests import synthetic
-        from tests.unit.test_report import JUNIT_XSD
+        from tests.unit.reports.test_report import JUNIT_XSD
 
         plain = synthetic.predictions
 
@@ -402,7 +402,7 @@ class TestUnwritable:
     ) -> None:
         """69: `report --out` into a read-only folder, or onto a folder: one line, exit 2."""
         from evalsentry.cli import main
-        from evalsentry.history import History
+        from evalsentry.history.store import History
         from tests.conftest import make_read_only
         from tests.synthetic import accuracy_mask, record_week
 
@@ -424,7 +424,7 @@ class TestPublishedFiles:
     @pytest.fixture
     def weeks(self, tmp_path: Path) -> Path:
         """A project whose history holds two weeks of one line."""
-        from evalsentry.history import History
+        from evalsentry.history.store import History
         from tests.synthetic import accuracy_mask, record_week
 
         (tmp_path / "evalsentry.yaml").write_text("store: store\n")
@@ -461,7 +461,7 @@ class TestPublishedFiles:
     ) -> None:
         """73: the latest week's evaluations file deleted: never the week before read as latest."""
         from evalsentry.cli import main
-        from evalsentry.history import History
+        from evalsentry.history.store import History
 
         ledger = History(str(weeks / "store")).ledger
         latest = max(ledger.files("evaluations"), key=lambda f: Path(f).stat().st_mtime)
@@ -475,7 +475,7 @@ class TestPublishedFiles:
     ) -> None:
         """73: `history forget` records the loss; the gate then judges what is left."""
         from evalsentry.cli import main
-        from evalsentry.history import History
+        from evalsentry.history.store import History
 
         config = ["--config", str(weeks / "evalsentry.yaml")]
         ledger = History(str(weeks / "store")).ledger
@@ -491,7 +491,7 @@ class TestPublishedFiles:
     ) -> None:
         """74: the next write records every existing file; a file lost after that is found."""
         from evalsentry.errors import HistoryError
-        from evalsentry.history import History
+        from evalsentry.history.store import History
         from tests.synthetic import accuracy_mask, pre_ledger, record_week
 
         history = History(str(tmp_path / "store"))

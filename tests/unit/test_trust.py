@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from evalsentry.checkpoint import build_model, check_archive, load_checkpoint, read_payload
+from evalsentry.checkpoints.checkpoint import build_model, load_checkpoint
+from evalsentry.checkpoints.payload import check_archive, read_payload
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.cli import main
 from evalsentry.config import Config, load_config
 from evalsentry.errors import (
@@ -22,9 +24,8 @@ from evalsentry.errors import (
     StateDictMismatch,
     UntrustedFactory,
 )
-from evalsentry.evalsets import load_evalset
-from evalsentry.pipeline import Target, evaluate_checkpoint
-from evalsentry.registry import Registry
+from evalsentry.evalsets.evalset import load_evalset
+from evalsentry.evaluation.pipeline import Target, evaluate_checkpoint
 from evalsentry.trust import DEFAULT_MAX_CHECKPOINT_BYTES, Trust
 from tests.hostile import (
     BOMB_BYTES,

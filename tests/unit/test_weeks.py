@@ -9,7 +9,7 @@ import pytest
 
 from evalsentry.cli import main
 from evalsentry.errors import InvalidName
-from evalsentry.history import History
+from evalsentry.history.store import History
 from evalsentry.weeks import check_week, week_start
 from tests.models import TRUSTED_YAML
 from tests.synthetic import accuracy_mask, record_week

@@ -1,5 +1,8 @@
 """The ``evalsentry`` command line: a thin shell over the library.
 
+Owns: parsing commands and printing their results. Imports every layer of the library (the
+top one); nothing in the library imports it.
+
 Exit codes: 0 ok, 1 a check failed (integrity, regression), 2 unusable input. User errors print
 one line and no traceback. Heavy modules are imported inside the commands that need them, and
 the CI commands, ``evalsentry gate`` and ``evaluate``, start without Typer (:mod:`.ci`).

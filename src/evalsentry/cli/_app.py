@@ -12,8 +12,8 @@ from evalsentry.cli.ci import CONFIG_HELP
 from evalsentry.errors import UsageError
 
 if TYPE_CHECKING:
+    from evalsentry.checkpoints.registry import Registry
     from evalsentry.config import Config
-    from evalsentry.registry import Registry
 
 app = typer.Typer(
     name="evalsentry",
@@ -48,7 +48,7 @@ def _config(path: Path | None) -> Config:
 
 
 def _registry(config: Path | None) -> Registry:
-    from evalsentry.registry import Registry
+    from evalsentry.checkpoints.registry import Registry
 
     return Registry(_config(config).registry_url)
 

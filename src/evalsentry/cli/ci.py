@@ -30,10 +30,10 @@ from evalsentry.cli.review import (
 from evalsentry.errors import UsageError
 
 if TYPE_CHECKING:
-    from evalsentry.candidate import CandidateRun
     from evalsentry.config import Config
-    from evalsentry.history import History
-    from evalsentry.verdicts import GateReport
+    from evalsentry.evaluation.candidate import CandidateRun
+    from evalsentry.gate.verdicts import GateReport
+    from evalsentry.history.store import History
 
 GATE_HELP = (
     "Gate a week's results against the previous week and the baseline (reads the history only)."
@@ -163,7 +163,7 @@ def gate(argv: Sequence[str]) -> int:
     )
     review = review_of(args, "gate", [args.evalset] if args.evalset else [], title)
     with reported(review):
-        from evalsentry.gate import gate_week
+        from evalsentry.gate.week import gate_week
         from evalsentry.weeks import check_week
 
         settings, history = project(args.config)
@@ -201,7 +201,7 @@ def evaluate(argv: Sequence[str]) -> int:
     title = f"{args.model} candidate {args.checkpoint.name}"
     review = review_of(args, "evaluate", args.evalset or [], title)
     with reported(review):
-        from evalsentry.candidate import candidate_evalsets, evaluate_candidate
+        from evalsentry.evaluation.candidate import candidate_evalsets, evaluate_candidate
 
         settings, history = project(args.config)
         names = candidate_evalsets(
@@ -249,7 +249,7 @@ def settings_of(config: Path | None) -> Config:
 
 def project(config: Path | None) -> tuple[Config, History]:
     """The project's settings and history; a ``store:`` naming a file fails here, first."""
-    from evalsentry.history import History
+    from evalsentry.history.store import History
 
     settings = settings_of(config)
     history = History(settings.store_url)
@@ -259,7 +259,7 @@ def project(config: Path | None) -> tuple[Config, History]:
 
 def candidate_html(history: History, run: CandidateRun, report: GateReport) -> str:
     """The candidate's HTML report (``--html``)."""
-    from evalsentry.candidate_report import render_candidate
+    from evalsentry.reports.candidate_report import render_candidate
 
     return render_candidate(history, run, report)
 
@@ -283,7 +283,7 @@ def emit_gate(
     ``review`` adds the pull request's outputs: the comment file, and on GitHub the job
     summary and annotations; ``history`` lists the flipped examples in them.
     """
-    from evalsentry.report import HEADERS, comparison_rows, gate_junit, gate_markdown
+    from evalsentry.reports.report import HEADERS, comparison_rows, gate_junit, gate_markdown
 
     if strict and not report.strict:
         report = replace(report, strict=True)
@@ -307,7 +307,7 @@ def emit_gate(
     shown = [c for c in report.comparisons if show_slices or not c.slice]
     print_table(f"evalsentry gate {report.week}: {report.verdict}", HEADERS, comparison_rows(shown))
     if review is not None and review.github:
-        from evalsentry.ci_github import workflow_annotations
+        from evalsentry.reports.ci_github import workflow_annotations
 
         for line in workflow_annotations(report):
             echo(line)

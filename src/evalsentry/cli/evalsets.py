@@ -19,7 +19,7 @@ from evalsentry.errors import UsageError
 
 if TYPE_CHECKING:
     from evalsentry.config import Config
-    from evalsentry.evalsets import EvalsetSpec, InputsSpec
+    from evalsentry.evalsets.evalset import EvalsetSpec, InputsSpec
 
 
 @evalset_app.command("freeze")
@@ -59,7 +59,7 @@ def evalset_freeze(
     config: ConfigOption = None,
 ) -> None:
     """Freeze a dataset into a hash-pinned evalset with a generated expectation suite."""
-    from evalsentry.freeze import freeze_evalset, read_source
+    from evalsentry.evalsets.freeze import freeze_evalset, read_source
 
     spec_inputs = _freeze_options(inputs, shape, dtype, task, outputs)
     dest = Path(_config(config).evalsets_dir) / name
@@ -87,7 +87,7 @@ def _freeze_options(
     inputs: str, shape: str | None, dtype: str, task: str, outputs: str
 ) -> InputsSpec:
     """The inputs spec of --inputs/--shape/--dtype; --task and --outputs checked as well."""
-    from evalsentry.evalsets import InputsSpec
+    from evalsentry.evalsets.evalset import InputsSpec
 
     columns = _csv(inputs)
     try:
@@ -128,8 +128,9 @@ def evalset_verify(
     config: ConfigOption = None,
 ) -> None:
     """Re-hash every file, check the pinned fields, run the expectation suite; exit 1 on a failure."""
-    from evalsentry.evalsets import evalset_folder, read_spec, validate_evalset
-    from evalsentry.identity import identity_gaps
+    from evalsentry.evalsets.check import validate_evalset
+    from evalsentry.evalsets.evalset import evalset_folder, read_spec
+    from evalsentry.evalsets.identity import identity_gaps
 
     evalsets_dir = _config(config).evalsets_dir
     summary = validate_evalset(name, evalsets_dir)
@@ -172,7 +173,7 @@ def evalset_seal(
     Its evalset_sha256, and so its history, stays the same. Check the manifest first
     (`evalset show`): the fields are pinned as they are now.
     """
-    from evalsentry.freeze import seal_evalset
+    from evalsentry.evalsets.freeze import seal_evalset
 
     spec = seal_evalset(name, _config(config).evalsets_dir)
     typer.echo(
@@ -184,7 +185,7 @@ def evalset_seal(
 @evalset_app.command("list")
 def evalset_list(config: ConfigOption = None) -> None:
     """List the evalsets with version, rows and identity hash."""
-    from evalsentry.evalsets import list_evalsets, read_spec
+    from evalsentry.evalsets.evalset import list_evalsets, read_spec
     from evalsentry.storage import join
 
     root = _config(config).evalsets_dir
@@ -215,7 +216,7 @@ def evalset_show(
     config: ConfigOption = None,
 ) -> None:
     """Print an evalset's manifest, then (as YAML comments) what tolerances it can certify."""
-    from evalsentry.evalsets import evalset_folder, read_manifest_text
+    from evalsentry.evalsets.evalset import evalset_folder, read_manifest_text
 
     settings = _config(config)
     typer.echo(read_manifest_text(evalset_folder(name, settings.evalsets_dir)), nl=False)
@@ -227,7 +228,7 @@ def _print_resolution(settings: Config, name: str, *, measured: bool, prefix: st
 
     A tolerance configured below it is also one warning line on stderr; the exit code stays.
     """
-    from evalsentry.resolution import (
+    from evalsentry.gate.resolution import (
         evalset_resolutions,
         measured_comparisons,
         resolution_heading,

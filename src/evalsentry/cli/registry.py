@@ -20,8 +20,8 @@ from evalsentry.cli.output import print_table
 from evalsentry.errors import UsageError
 
 if TYPE_CHECKING:
+    from evalsentry.checkpoints.registry import Registration, RegistryEntry
     from evalsentry.config import Config
-    from evalsentry.registry import Registration, RegistryEntry
 
 
 @app.command()
@@ -107,10 +107,10 @@ def _add_checkpoint(
     config: Path | None,
 ) -> Registration:
     """Add the checkpoint to the registry, once its model line is known (or ``new_model``)."""
-    from evalsentry.history import History
-    from evalsentry.lineage import read_lineage_file
-    from evalsentry.pipeline import check_model_line
-    from evalsentry.registry import Registry
+    from evalsentry.checkpoints.lineage import read_lineage_file
+    from evalsentry.checkpoints.registry import Registry
+    from evalsentry.evaluation.planning import check_model_line
+    from evalsentry.history.store import History
 
     settings = _config(config)
     registry = Registry(settings.registry_url)
@@ -176,9 +176,9 @@ def registry_list(
     config: ConfigOption = None,
 ) -> None:
     """List registered versions: stage, bound evalsets, last week evaluated, factory, lineage."""
-    from evalsentry.evalsets import list_evalsets
-    from evalsentry.pipeline import binding_text
-    from evalsentry.registry import Registry
+    from evalsentry.checkpoints.registry import Registry
+    from evalsentry.evalsets.evalset import list_evalsets
+    from evalsentry.evaluation.planning import binding_text
 
     settings = _config(config)
     entries = Registry(settings.registry_url).list(model)
@@ -228,7 +228,7 @@ def registry_show(
 
     lineage.model is what evaluation runs: the factory and kwargs pinned at registration.
     """
-    from evalsentry.registry import Registry
+    from evalsentry.checkpoints.registry import Registry
 
     settings = _config(config)
     registry = Registry(settings.registry_url)
@@ -283,7 +283,7 @@ def registry_archive(
 
 def _last_weeks(settings: Config, model: str | None = None) -> dict[tuple[str, int], str]:
     """The newest week each (model, version) was evaluated in (ok or error), from the history."""
-    from evalsentry.history import History
+    from evalsentry.history.store import History
     from evalsentry.weeks import latest_week
 
     frame = History(settings.store_url).evaluations(model=model)

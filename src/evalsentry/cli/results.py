@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from evalsentry.config import Config
-    from evalsentry.history import History
+    from evalsentry.history.store import History
 
 
 def _forward(name: str, help_text: str, epilog: str) -> None:
@@ -101,7 +101,7 @@ def history(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from evalsentry.history import records, results_view
+    from evalsentry.history.frames import records, results_view
 
     _, store = ci.project(config)
     if output not in ("table", "csv", "json"):
@@ -151,8 +151,8 @@ def cost(
     lineage), evaluation, serving (its declared traffic at the measured cost per prediction) and
     the declared cost.recurring items, each part's share, and the serving forecast per month.
     """
-    from evalsentry import units
-    from evalsentry.cost import ledger
+    from evalsentry.cost import units
+    from evalsentry.cost.meter import ledger
 
     settings, store = ci.project(config)
     if lifetime:
@@ -179,7 +179,7 @@ def cost(
 
 
 def _print_lifetime(settings: Config, store: History) -> None:
-    from evalsentry.bill import lifetime, lifetime_table
+    from evalsentry.reports.bill import lifetime, lifetime_table
 
     bill = lifetime(store, settings)
     if bill.empty:
@@ -205,9 +205,9 @@ def report(
     config: ConfigOption = None,
 ) -> None:
     """Write one self-contained HTML report: trends, verdicts, slices, flips, drift, lineage, cost."""
-    from evalsentry.bill import lifetime
-    from evalsentry.gate import gate_week
-    from evalsentry.html_report import render_report
+    from evalsentry.gate.week import gate_week
+    from evalsentry.reports.bill import lifetime
+    from evalsentry.reports.html_report import render_report
     from evalsentry.storage import filesystem, join, probe_writable, write_atomic
     from evalsentry.weeks import check_week
 
@@ -252,7 +252,7 @@ def serve_reports(
     The weekly run's link artifact points at http://127.0.0.1:8470/<report>, or under
     `reports_url` in evalsentry.yaml when you serve them elsewhere. Ctrl-C stops it.
     """
-    from evalsentry.serve import report_server
+    from evalsentry.reports.serve import report_server
     from evalsentry.storage import filesystem, is_local, join
 
     settings, _ = ci.project(config)

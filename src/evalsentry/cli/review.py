@@ -2,7 +2,7 @@
 
 ``evalsentry gate`` and ``evaluate`` write them beside their JUnit and Markdown files: the
 comment file (``--comment``) and, with ``--github``, the job summary and annotations. What
-they say is rendered by :mod:`evalsentry.ci_github`; this module decides where they go.
+they say is rendered by :mod:`evalsentry.reports.ci_github`; this module decides where they go.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from evalsentry.cli.output import echo
 from evalsentry.errors import EvalsentryError, UsageError
 
 if TYPE_CHECKING:
-    from evalsentry.history import History
-    from evalsentry.verdicts import GateReport
+    from evalsentry.gate.verdicts import GateReport
+    from evalsentry.history.store import History
 
 COMMENT_FILE = "pr-comment.md"
 #: A CI output: its option, its path (None: not asked for) and what renders it.
@@ -53,7 +53,7 @@ def review_of(
         comment = Path(os.environ.get("RUNNER_TEMP") or ".") / COMMENT_FILE
     if not github and comment is None:
         return None
-    from evalsentry.ci_github import comment_marker
+    from evalsentry.reports.ci_github import comment_marker
 
     marker = comment_marker(command, args.model, evalsets)
     return Review(github, comment, marker, title, args.report_url)
@@ -80,7 +80,7 @@ class OutputNotWritten(UsageError):
 
 def _report_error(review: Review, message: str) -> None:
     """The error as the review's outputs: summary, annotation and comment, as far as they go."""
-    from evalsentry.ci_github import error_report, run_url
+    from evalsentry.reports.ci_github import error_report, run_url
 
     markdown, annotation = error_report(message, review.title)
     if review.github:
@@ -124,8 +124,8 @@ def review_outputs(
     outputs: list[Output],
 ) -> Callable[[int], str] | None:
     """Add the comment to ``outputs``; the job summary's renderer (given its byte budget)."""
-    from evalsentry.ci_github import pr_comment, run_url, step_summary
-    from evalsentry.flips import report_flips
+    from evalsentry.gate.flips import report_flips
+    from evalsentry.reports.ci_github import pr_comment, run_url, step_summary
 
     flips = report_flips(history, report.comparisons) if history is not None else []
     if review.comment is not None:
@@ -147,7 +147,7 @@ def review_outputs(
 
 def append_summary(render: Callable[[int], str]) -> None:
     """Append the job summary to ``$GITHUB_STEP_SUMMARY``, within what the step has left."""
-    from evalsentry.ci_github import SUMMARY_FLOOR, SUMMARY_LIMIT
+    from evalsentry.reports.ci_github import SUMMARY_FLOOR, SUMMARY_LIMIT
 
     where = os.environ.get("GITHUB_STEP_SUMMARY")
     if not where:

@@ -30,7 +30,7 @@ def run(
     Exit 0 when the flow run Completed, 1 when it Failed (a regression or an error), 2 when
     there is nothing to evaluate (an empty registry, a mistyped model) or the input is unusable.
     """
-    from evalsentry.orchestration import ensure_prefect_api, import_flow
+    from evalsentry.evaluation.orchestration import ensure_prefect_api, import_flow
     from evalsentry.weeks import check_week
 
     if week is not None:
@@ -60,15 +60,16 @@ def _something_to_evaluate(
 
     A store that cannot be written, no checkpoint to evaluate (an empty registry, a mistyped
     model), a binding to a missing evalset, an unknown ``--evalset``, or no checkpoint bound to
-    any evalset of the run: the run's own plan (``pipeline.plan_week``), made here first. A
+    any evalset of the run: the run's own plan (``planning.plan_week``), made here first. A
     tolerance finer than an evalset can certify is a warning on stderr, one line each; the run
     goes on.
     """
+    from evalsentry.checkpoints.registry import Registry
     from evalsentry.errors import NothingToEvaluate, UsageError, did_you_mean
-    from evalsentry.evalsets import list_evalsets
-    from evalsentry.history import History
-    from evalsentry.pipeline import new_run_id, plan_week, tolerance_warnings
-    from evalsentry.registry import Registry
+    from evalsentry.evalsets.evalset import list_evalsets
+    from evalsentry.evaluation.pipeline import new_run_id
+    from evalsentry.evaluation.planning import plan_week, tolerance_warnings
+    from evalsentry.history.store import History
     from evalsentry.weeks import iso_week
 
     history = History(settings.store_url)
@@ -107,7 +108,7 @@ def demo(
     import importlib.util
 
     from evalsentry.errors import UsageError
-    from evalsentry.orchestration import ensure_prefect_api, import_flow
+    from evalsentry.evaluation.orchestration import ensure_prefect_api, import_flow
     from evalsentry.trust import import_path
 
     # The program imports from no working folder (see `entry`); the demo is the one command

@@ -1,0 +1,98 @@
+"""Paired timing: two checkpoints timed in one process on the same examples, round after round.
+
+Both run alternately (ABBA), after a warm-up each; a round repeats its pass over the examples
+for about ``MIN_ROUND_S`` and keeps the fastest pass, since another process can only add time.
+This runs in the evaluation's child process (``evalsentry.evaluation.isolation``), where the
+checkpoints' code runs; ``evalsentry.evaluation.timing`` judges what it measured.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from evalsentry.evalsets.evalset import Evalset
+
+ROUNDS = 7
+EXAMPLES = 2048
+#: A round repeats its pass over the examples until it lasts about this long, and keeps the
+#: fastest pass.
+MIN_ROUND_S = 0.05
+MAX_PASSES = 1000
+
+
+@dataclass(frozen=True)
+class PairedTiming:
+    """Seconds each checkpoint took over the same examples: its fastest pass in each round."""
+
+    reference_s: list[float]  # per round, the fastest of its passes over the examples
+    current_s: list[float]
+    examples: int  # per pass
+    device: str
+
+    @property
+    def ratios(self) -> list[float]:
+        """Each round's current time over the reference's."""
+        return [c / r for c, r in zip(self.current_s, self.reference_s, strict=True) if r > 0]
+
+    @property
+    def ratio(self) -> float:
+        """The median round's ratio."""
+        return float(statistics.median(self.ratios))
+
+    def per_example(self) -> tuple[float, float]:
+        """Median seconds per example: reference, current."""
+        return (
+            statistics.median(self.reference_s) / self.examples,
+            statistics.median(self.current_s) / self.examples,
+        )
+
+
+def time_pair(
+    reference: torch.nn.Module,
+    current: torch.nn.Module,
+    evalset: Evalset,
+    *,
+    device: str,
+    rounds: int = ROUNDS,
+    examples: int = EXAMPLES,
+    batch_size: int = 512,
+) -> PairedTiming:
+    """Time both models over the evalset's first ``examples`` inputs, ``rounds`` times each."""
+    import torch
+
+    from evalsentry.evaluation.inference import resolve_device, staged
+
+    target = torch.device(resolve_device(device))
+    inputs, _ = staged(evalset, target)
+    sample = inputs[:examples]
+    models = [m.to(target).eval() for m in (reference, current)]
+
+    def once(model: torch.nn.Module) -> float:
+        if target.type == "cuda":
+            torch.cuda.synchronize(target)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for i in range(0, len(sample), batch_size):
+                model(sample[i : i + batch_size].to(target, non_blocking=True, copy=True))
+        if target.type == "cuda":
+            torch.cuda.synchronize(target)
+        return time.perf_counter() - start
+
+    # Warm-up (allocator, kernels, caches), and how many passes make a round last MIN_ROUND_S.
+    for model in models:
+        once(model)
+    fastest = min(once(model) for model in models)
+    passes = max(1, min(MAX_PASSES, math.ceil(MIN_ROUND_S / max(fastest, 1e-6))))
+    seconds: tuple[list[float], list[float]] = ([], [])
+    for round_ in range(rounds):
+        for which in (0, 1) if round_ % 2 == 0 else (1, 0):
+            # The fastest pass: another process can only add time to a pass, never take it away.
+            seconds[which].append(min(once(models[which]) for _ in range(passes)))
+    return PairedTiming(seconds[0], seconds[1], len(sample), str(target))

@@ -1,0 +1,312 @@
+"""One evaluation against one reference: the aligned example pairs, measured and decided.
+
+For each (model, evalset, metric, slice) the current result is compared with a reference result
+of the same model line (the previous week, or the baseline) on the same example ids.
+:func:`compare` reads the aligned pairs from the history (:func:`read_pairs`), measures them
+(:func:`evalsentry.gate.comparison.measure`: exact McNemar for count metrics, paired sign flips
+for the others) and decides with the family correction (:func:`evalsentry.gate.comparison.decide`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from evalsentry.config import GatePolicy
+from evalsentry.gate.metrics import metric_names
+from evalsentry.gate.slices import OVERALL, slice_columns, slice_masks
+from evalsentry.gate.verdicts import Comparison, Reference, Verdict
+from evalsentry.history.store import History
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from evalsentry.gate.comparison import Decision, Family, Measurement, Unit
+
+
+ENVIRONMENT_FIELDS = (
+    "device",
+    "device_name",
+    "torch_version",
+    "python_version",
+    "cuda_version",
+    "driver_version",
+    "precision",
+)
+
+
+def align(
+    reference: dict[str, np.ndarray], current: dict[str, np.ndarray]
+) -> dict[str, np.ndarray] | None:
+    """The reference's per-example columns reordered to the current's example ids.
+
+    Returns None unless both hold exactly the same examples: paired tests need pairs.
+    """
+    ref_ids, cur_ids = reference["example_id"], current["example_id"]
+    if len(ref_ids) != len(cur_ids) or not len(ref_ids):
+        return None
+    order = np.argsort(ref_ids)
+    position = np.clip(np.searchsorted(ref_ids, cur_ids, sorter=order), 0, len(order) - 1)
+    aligned = order[position]
+    if not np.array_equal(ref_ids[aligned], cur_ids):
+        return None
+    return {name: values[aligned] for name, values in reference.items()}
+
+
+def _units(columns: dict[str, np.ndarray], policy: GatePolicy) -> list[Unit]:
+    """Overall, then every value of every slice column; slices gate only when the policy says."""
+    from evalsentry.gate.comparison import Unit
+
+    family: Family = "gate" if policy.slices == "gate" else "report"
+    slices = slice_masks(slice_columns(columns))
+    return [Unit(OVERALL, None, "gate")] + [Unit(name, mask, family) for name, mask in slices]
+
+
+def _owner(row: pd.Series) -> dict[str, Any]:
+    """The fields of a comparison that say whose it is: the evaluation row's."""
+    return {
+        "evaluation_id": row["evaluation_id"],
+        "week": row["week"],
+        "model": row["model"],
+        "version": _int(row.get("version")),
+        "evalset": row["evalset"],
+        "kind": _text(row.get("kind")),
+        "stage": _text(row.get("stage")),
+        "checkpoint_sha256": _text(row.get("checkpoint_sha256")),
+    }
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _verdict(
+    row: pd.Series, verdict: Verdict, reference: Reference, reason: str, **fields: Any
+) -> Comparison:
+    """A verdict on one evaluation row as a whole (metric ``*`` unless given)."""
+    return Comparison(
+        **_owner(row),
+        reference=reference,
+        metric=fields.pop("metric", "*"),
+        verdict=verdict,
+        reason=reason,
+        **fields,
+    )
+
+
+def _error(row: pd.Series, reference: Reference, reason: str, **fields: Any) -> Comparison:
+    return _verdict(row, Verdict.ERROR, reference, reason, **fields)
+
+
+def failed_verdict(row: Mapping[str, Any]) -> Comparison:
+    """The ERROR of an evaluation row with no result (status ``error``), with its reason.
+
+    ``evaluation failed`` when the checkpoint ran on the evalset and broke; ``not evaluated``
+    when it never got there (an invalid evalset, a line bound to none, a line no run covered):
+    such a row names no evalset hash.
+    """
+    import pandas as pd
+
+    ran = isinstance(row.get("evalset_sha256"), str)
+    what = "evaluation failed" if ran else "not evaluated"
+    return _error(pd.Series(row), Reference.NONE, f"{what}: {row['error']}")
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Two evaluations' per-example columns aligned on example id, and their stored metrics."""
+
+    reference: dict[str, np.ndarray]
+    current: dict[str, np.ndarray]
+    stored: dict[tuple[str, str, str], float]  # (evaluation id, metric, slice) -> value
+
+
+def read_pairs(history: History, current: pd.Series, reference: pd.Series) -> Pairs | str:
+    """The aligned per-example columns of ``current`` and ``reference``, or why there are none.
+
+    Returns the reason (``not comparable: ...``) when the evalset changed, predictions are
+    missing or the two hold different examples: paired tests need pairs.
+    """
+    if reference["evalset_sha256"] != current["evalset_sha256"]:
+        return "not comparable: the evalset changed (sha256 differs)"
+    cur_cols = history.predictions(current["evaluation_id"])
+    ref_cols = history.predictions(reference["evaluation_id"])
+    if cur_cols is None or ref_cols is None:
+        return "not comparable: predictions missing"
+    aligned = align(ref_cols, cur_cols)
+    if aligned is None:
+        return "not comparable: different example ids"
+    stored = history.metrics([current["evaluation_id"], reference["evaluation_id"]])
+    values = {(r.evaluation_id, r.metric, r.slice): r.value for r in stored.itertuples()}
+    return Pairs(aligned, cur_cols, values)
+
+
+def compare(
+    history: History,
+    current: pd.Series,
+    reference: pd.Series,
+    reference_kind: Reference,
+    policy: GatePolicy,
+    names: Sequence[str],
+    num_classes: int | None,
+    *,
+    gating: bool = True,
+) -> list[Comparison]:
+    """Compare one evaluation with one reference evaluation, metric by metric, slice by slice.
+
+    Reads the aligned pairs, measures every metric both sides recorded on every unit (overall
+    and each slice) and decides with the family correction; a metric recorded on one side only
+    is an ERROR, as is a comparison without pairs.
+    """
+    ref_fields = {
+        "reference_evaluation_id": reference["evaluation_id"],
+        "reference_week": reference["week"],
+        "reference_version": _int(reference.get("version")),
+        "gating": gating,
+    }
+    pairs = read_pairs(history, current, reference)
+    if isinstance(pairs, str):
+        return [_error(current, reference_kind, pairs, **ref_fields)]
+    # Without the evalset's spec, judge every metric either side recorded: one missing is an ERROR.
+    metrics = list(names) or sorted({metric for _, metric, _ in pairs.stored})
+    units = _units(pairs.current, policy)
+    ids = (reference["evaluation_id"], current["evaluation_id"])
+
+    decided = _measured_and_decided(pairs, ids, metrics, units, policy, num_classes)
+    out = []
+    for metric in metrics:
+        for unit in units:
+            fields = {**ref_fields, "gating": gating and unit.family == "gate"}
+            if (metric, unit.name) not in decided:
+                out.append(
+                    _error(
+                        current,
+                        reference_kind,
+                        "not comparable: metric missing",
+                        metric=metric,
+                        slice=unit.name,
+                        **fields,
+                    )
+                )
+                continue
+            m, decision = decided[metric, unit.name]
+            out.append(_comparison(current, reference_kind, m, decision, fields))
+    return _flag_nondeterminism(out, current, reference, pairs.current, pairs.reference)
+
+
+def _measured_and_decided(
+    pairs: Pairs,
+    ids: tuple[Any, Any],
+    metrics: Sequence[str],
+    units: Sequence[Unit],
+    policy: GatePolicy,
+    num_classes: int | None,
+) -> dict[tuple[str, str], tuple[Measurement, Decision]]:
+    """Each (metric, unit) both evaluations recorded, measured and judged with its family."""
+    from evalsentry.gate.comparison import decide, measure
+
+    def recorded(metric: str, unit: str) -> bool:
+        return all((i, metric, unit) in pairs.stored for i in ids)
+
+    measurable = [m for m in metrics if recorded(m, OVERALL)]
+    measured = (
+        measure(pairs.reference, pairs.current, measurable, units, policy, num_classes)
+        if measurable
+        else []
+    )
+    kept = [m for m in measured if recorded(m.metric, m.slice)]
+    return {
+        (m.metric, m.slice): (m, decision)
+        for m, decision in zip(kept, decide(kept, policy), strict=True)
+    }
+
+
+def _comparison(
+    current: pd.Series,
+    reference_kind: Reference,
+    m: Measurement,
+    decision: Decision,
+    ref_fields: Mapping[str, Any],
+) -> Comparison:
+    """The row of one measured and judged metric on one unit."""
+    return Comparison(
+        **_owner(current),
+        reference=reference_kind,
+        metric=m.metric,
+        slice=m.slice,
+        verdict=decision.verdict,
+        reason=decision.reason,
+        **ref_fields,
+        reference_value=m.reference_value,
+        value=m.value,
+        delta=m.value - m.reference_value,
+        drop=m.drop,
+        tolerance=m.tolerance,
+        p_value=m.p_value,
+        p_adjusted=decision.p_adjusted,
+        method=m.method,
+        newly_wrong=m.newly_wrong,
+        newly_right=m.newly_right,
+        n=m.n,
+        drop_bound=m.bound if math.isfinite(m.bound) else None,
+        detectable_drop=decision.detectable,
+        flip_delta=m.flip_delta,
+        inconclusive_kind=decision.kind,
+    )
+
+
+def _flag_nondeterminism(
+    out: list[Comparison],
+    current: pd.Series,
+    reference: pd.Series,
+    cur_cols: dict[str, np.ndarray],
+    ref_cols: dict[str, np.ndarray],
+) -> list[Comparison]:
+    """Same checkpoint, same data, different predictions: the environment changed something."""
+    if current["checkpoint_sha256"] != reference["checkpoint_sha256"]:
+        return out
+    flipped = int((cur_cols["prediction"] != ref_cols["prediction"]).sum())
+    if not flipped:
+        return out
+    changes = [
+        f"{f} {reference.get(f)} -> {current.get(f)}"
+        for f in ENVIRONMENT_FIELDS
+        if reference.get(f) != current.get(f)
+    ]
+    reason = (
+        f"same checkpoint and data gave {flipped} different prediction(s) "
+        f"(flip rate {flipped / len(cur_cols['prediction']):.4f}); environment: {', '.join(changes) or 'no recorded difference'}"
+    )
+    return [
+        replace(c, verdict=Verdict.WARN, reason=reason)
+        if c.verdict == Verdict.PASS and c.slice == OVERALL
+        else c
+        for c in out
+    ]
+
+
+def _spec_for(current: pd.Series, evalsets_dir: str | None) -> tuple[list[str], int | None]:
+    """The metrics to judge: the evalset's, while its manifest is the one this result was run on.
+
+    A manifest edited since freeze (``metrics:`` narrowed, say), missing or unreadable, or frozen
+    again since, says nothing about this result: then every metric either side recorded is judged.
+    """
+    from evalsentry.evalsets.evalset import check_manifest, evalset_folder, read_spec
+
+    try:
+        folder = evalset_folder(current["evalset"], evalsets_dir)
+        spec = read_spec(folder)
+        check_manifest(folder, spec)
+    except Exception:  # noqa: BLE001 - fall back to the metrics recorded in the history
+        return [], None
+    if spec.evalset_sha256 != current["evalset_sha256"]:
+        return [], None
+    return metric_names(spec.metrics, spec.task, spec.num_classes), spec.num_classes

@@ -1,0 +1,385 @@
+"""The lifetime bill of each model line: training, evaluation, serving and declared costs.
+
+Training is a fraction of what a model line costs over its life; serving recurs every day and
+evaluation every week, and labelling, people and storage cost money no meter sees. The bill
+puts them side by side, week by week, in the configured currency:
+
+- **training**: what each registered checkpoint's run cost, from its lineage's
+  ``training_cost`` (``track_training``), in the week the run ended;
+- **evaluation**: what the history's evaluations of the line cost (all kinds), in their weeks;
+- **serving**: the line's declared traffic (``traffic.<model>.requests_per_day``) served at the
+  cost per prediction of that week's production checkpoint, measured by its scheduled
+  evaluation: the device's hourly rate over its throughput, and the energy per example. The
+  evaluation's batch size and device are the assumption: say so where it matters;
+- **declared**: ``cost.recurring`` items, per week or per month (a month is 365.25/12 days),
+  over every week of the line's life (its first to the history's latest week), or over the whole
+  history for shared items.
+
+Weeks are ISO weeks. A training run in a currency other than the configured one is left out
+and named in the notes: money is never added across currencies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from evalsentry.names import WEEKLY_RUN
+from evalsentry.weeks import iso_week, week_start, weeks_in_order, weeks_up_to
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from evalsentry.checkpoints.registry import RegistryEntry
+    from evalsentry.config import Config, CostRates
+    from evalsentry.history.store import History
+
+PARTS = ("training", "evaluation", "serving", "declared")
+SHARED = "shared"
+DAYS_PER_MONTH = 365.25 / 12
+WEEKS_PER_MONTH = DAYS_PER_MONTH / 7
+COLUMNS = ("model", "week", "part", "cost", "energy_kwh", "co2_kg")
+
+
+@dataclass(frozen=True)
+class LineBill:
+    """One model line's bill to date, by part, and its serving forecast."""
+
+    model: str
+    currency: str
+    parts: dict[str, float]
+    energy_kwh: float
+    co2_kg: float
+    first_week: str | None
+    last_week: str | None
+    requests_per_day: float | None = None
+    serving_per_month: float | None = None
+    cost_per_million: float | None = None
+
+    @property
+    def total(self) -> float:
+        """Money to date, every part."""
+        return sum(self.parts.values())
+
+    def share(self, part: str) -> float | None:
+        """``part``'s share of the total to date (None when the total is zero)."""
+        return self.parts.get(part, 0.0) / self.total if self.total > 0 else None
+
+    def in_words(self) -> str:
+        """The training share in a sentence, and what dominates the bill."""
+        from evalsentry.cost.units import money
+
+        if self.model == SHARED:
+            return f"shared by every line: {money(self.total, self.currency)} declared"
+        if self.total <= 0:
+            return f"{self.model}: nothing billed yet"
+        training = self.share("training") or 0.0
+        top = max(PARTS, key=lambda part: self.parts.get(part, 0.0))
+        words = (
+            f"{self.model}: training is {_percent(training)} of its bill to date "
+            f"({money(self.parts.get('training', 0.0), self.currency)} of "
+            f"{money(self.total, self.currency)})"
+        )
+        if top != "training":
+            words += f"; {top} is the largest part, {_percent(self.share(top) or 0.0)}"
+        return words
+
+
+def _percent(share: float) -> str:
+    if share == 0:
+        return "0%"
+    if share < 0.01:
+        return "under 1%"
+    return f"{share * 100:.0f}%"
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    """The whole bill: its weekly rows, each line's summary, and what was left out."""
+
+    rows: pd.DataFrame
+    lines: list[LineBill]
+    notes: list[str]
+
+    @property
+    def empty(self) -> bool:
+        """Whether nothing at all is billed yet."""
+        return bool(self.rows.empty)
+
+
+def lifetime(history: History, config: Config, until: str | None = None) -> Lifetime:
+    """The lifetime bill from the history's evaluations and the registry's lineage.
+
+    ``until`` (a week) bills that week and those before it only: a report of an earlier week
+    shows the bill as it stood then.
+    """
+    from evalsentry.checkpoints.registry import Registry
+
+    evaluations = history.evaluations()
+    if until is not None:
+        evaluations = evaluations[evaluations["week"].isin(weeks_up_to(evaluations["week"], until))]
+    rates = serving_rates(evaluations, config.cost)
+    entries = Registry(config.registry_url).list()
+    rows, notes = lifetime_bill(evaluations, entries, config, rates)
+    if until is not None:
+        rows = rows[rows["week"].isin(weeks_up_to(rows["week"], until))]
+    return Lifetime(rows, line_bills(rows, config, rates), notes)
+
+
+def serving_rates(evaluations: pd.DataFrame, rates: CostRates) -> pd.DataFrame:
+    """Per (model, week): money, kWh and kg CO2 per prediction of the production checkpoint.
+
+    From the week's scheduled, successful evaluations of production checkpoints with a measured
+    throughput; a line evaluated on several evalsets that week takes their mean.
+    """
+    import pandas as pd
+
+    needed = ("kind", "status", "stage", "examples_per_s", "n_examples", "device", "energy_kwh")
+    if evaluations.empty or any(c not in evaluations for c in needed):
+        return pd.DataFrame(columns=["model", "week", "device", "cost", "energy_kwh", "co2_kg"])
+    rows = evaluations[
+        (evaluations["kind"] == WEEKLY_RUN)
+        & (evaluations["status"] == "ok")
+        & (evaluations["stage"] == "production")
+        & (evaluations["examples_per_s"].fillna(0) > 0)
+        & (evaluations["n_examples"].fillna(0) > 0)
+        & evaluations["week"].isin(weeks_in_order(evaluations["week"]))  # valid weeks only
+    ]
+    device = rows["device"].fillna("cpu")
+    hourly = device.map(lambda d: rates.per_device_hour.get(str(d), 0.0)).astype(float)
+    energy = rows["energy_kwh"].fillna(0.0) / rows["n_examples"]
+    per_prediction = pd.DataFrame(
+        {
+            "model": rows["model"],
+            "week": rows["week"],
+            "device": device,
+            "cost": hourly / (rows["examples_per_s"] * 3600.0),
+            "energy_kwh": energy,
+            "co2_kg": energy * rates.carbon_kg_per_kwh,
+        }
+    )
+    return (
+        per_prediction.groupby(["model", "week"], as_index=False)
+        .agg(
+            device=("device", "first"),
+            cost=("cost", "mean"),
+            energy_kwh=("energy_kwh", "mean"),
+            co2_kg=("co2_kg", "mean"),
+        )
+        .reset_index(drop=True)
+    )
+
+
+def _training_rows(
+    entries: Iterable[RegistryEntry], currency: str, notes: list[str]
+) -> list[dict[str, Any]]:
+    rows = []
+    for entry in entries:
+        run = entry.lineage.get("training_cost")
+        if not isinstance(run, dict):
+            continue
+        if run.get("currency") != currency:
+            notes.append(
+                f"{entry.ref}: training cost in {run.get('currency')!r}, not {currency}; "
+                "left out of the bill"
+            )
+            continue
+        try:  # a lineage written by other code (register --lineage) may hold anything
+            week = iso_week(datetime.fromisoformat(str(run["ended_at"])))
+            amounts = {key: float(run[key]) for key in ("cost", "energy_kwh", "co2_kg")}
+            if not all(math.isfinite(v) and v >= 0 for v in amounts.values()):
+                raise ValueError("an amount is negative or not finite")
+        except (KeyError, TypeError, ValueError) as exc:
+            notes.append(f"{entry.ref}: training_cost unreadable ({exc}); left out of the bill")
+            continue
+        rows.append({"model": entry.model, "week": week, "part": "training", **amounts})
+    return rows
+
+
+def _weeks_between(first: str, last: str) -> list[str]:
+    """Every ISO week from ``first`` to ``last``, inclusive."""
+    monday, end = week_start(first), week_start(last)
+    weeks = []
+    while monday <= end:
+        weeks.append(iso_week(datetime(monday.year, monday.month, monday.day)))
+        monday += timedelta(days=7)
+    return weeks
+
+
+def lifetime_bill(
+    evaluations: pd.DataFrame,
+    entries: Sequence[RegistryEntry],
+    config: Config,
+    rates_per_prediction: pd.DataFrame,
+) -> tuple[pd.DataFrame, list[str]]:
+    """The bill as rows of (model, week, part, cost, energy_kwh, co2_kg), and notes.
+
+    Declared items shared by every line are billed to the model ``shared``.
+    """
+    import pandas as pd
+
+    rates = config.cost
+    notes: list[str] = []
+    rows: list[dict[str, Any]] = _training_rows(entries, rates.currency, notes)
+    if not evaluations.empty:
+        spent = evaluations.groupby(["model", "week"], as_index=False)[
+            ["cost", "energy_kwh", "co2_kg"]
+        ].sum()
+        rows += [{**r, "part": "evaluation"} for r in spent.to_dict("records")]
+    for r in rates_per_prediction.to_dict("records"):
+        traffic = config.traffic.get(r["model"])
+        if traffic is None:
+            continue
+        weekly = traffic.requests_per_day * 7
+        rows.append(
+            {
+                "model": r["model"],
+                "week": r["week"],
+                "part": "serving",
+                "cost": r["cost"] * weekly,
+                "energy_kwh": r["energy_kwh"] * weekly,
+                "co2_kg": r["co2_kg"] * weekly,
+            }
+        )
+    known = pd.DataFrame(rows, columns=list(COLUMNS))
+    all_weeks = weeks_in_order(known["week"])
+    for item in rates.recurring:
+        owner = item.model or SHARED
+        own = (
+            all_weeks
+            if item.model is None
+            else weeks_in_order(known.loc[known["model"] == item.model, "week"])
+        )
+        if not own:
+            notes.append(
+                f"cost.recurring {item.name!r}: model line {owner!r} has no week billed yet"
+            )
+            continue
+        weekly = item.amount if item.per == "week" else item.amount / WEEKS_PER_MONTH
+        rows += [
+            {"model": owner, "week": w, "part": "declared", "cost": weekly}
+            for w in _weeks_between(own[0], all_weeks[-1])
+        ]
+    bill = pd.DataFrame(rows, columns=list(COLUMNS))
+    bill[["energy_kwh", "co2_kg"]] = bill[["energy_kwh", "co2_kg"]].astype(float)
+    return bill, notes
+
+
+def line_bills(bill: pd.DataFrame, config: Config, rates: pd.DataFrame) -> list[LineBill]:
+    """Each model line's bill to date by part, with its serving forecast per month.
+
+    ``rates`` are :func:`serving_rates`: the newest week's is the forecast's cost per prediction.
+    """
+    lines = []
+    for model in sorted(set(bill["model"]), key=lambda m: (m == SHARED, m)):
+        own = bill[bill["model"] == model]
+        parts = {part: float(own.loc[own["part"] == part, "cost"].sum()) for part in PARTS}
+        weeks = weeks_in_order(own["week"])
+        traffic = config.traffic.get(model)
+        own_rates = rates[rates["model"] == model]
+        per_prediction = None
+        if not own_rates.empty:  # the newest week's production checkpoint serves from now on
+            newest = max(own_rates.itertuples(), key=lambda r: week_start(str(r.week)))
+            per_prediction = float(newest.cost)
+        lines.append(
+            LineBill(
+                model=model,
+                currency=config.cost.currency,
+                parts=parts,
+                energy_kwh=float(own["energy_kwh"].fillna(0).sum()),
+                co2_kg=float(own["co2_kg"].fillna(0).sum()),
+                first_week=weeks[0] if weeks else None,
+                last_week=weeks[-1] if weeks else None,
+                requests_per_day=traffic.requests_per_day if traffic else None,
+                serving_per_month=(
+                    per_prediction * traffic.requests_per_day * DAYS_PER_MONTH
+                    if traffic is not None and per_prediction is not None
+                    else None
+                ),
+                cost_per_million=per_prediction * 1e6 if per_prediction is not None else None,
+            )
+        )
+    return lines
+
+
+def weekly_parts(bill: pd.DataFrame) -> pd.DataFrame:
+    """Money per week (rows, oldest first) and part (columns, in ``PARTS`` order)."""
+    table = bill.pivot_table(index="week", columns="part", values="cost", aggfunc="sum")
+    table = table.reindex(columns=list(PARTS)).fillna(0.0)
+    return table.loc[weeks_in_order(table.index)]
+
+
+def lifetime_table(lines: Sequence[LineBill]) -> tuple[list[str], list[list[str]]]:
+    """The lifetime table: a column per model line and one for all, a row per part.
+
+    Each part's money carries its share of the column's total; the serving forecast per month
+    and the cost per million predictions close it.
+    """
+    from evalsentry.cost.units import money
+
+    currency = lines[0].currency if lines else ""
+    totals = {p: sum(line.parts.get(p, 0.0) for line in lines) for p in PARTS}
+    grand = sum(totals.values())
+    monthly = [line.serving_per_month for line in lines if line.serving_per_month is not None]
+
+    headers = ["", *(line.model for line in lines), "all lines"]
+    rows = [
+        [
+            "weeks",
+            *(
+                f"{line.first_week} to {line.last_week}" if line.first_week else ""
+                for line in lines
+            ),
+            "",
+        ],
+        *(
+            [
+                part,
+                *(_share(line.parts.get(part, 0.0), line.total, currency) for line in lines),
+                _share(totals[part], grand, currency),
+            ]
+            for part in PARTS
+        ),
+        ["total to date", *(money(line.total, currency) for line in lines), money(grand, currency)],
+        [
+            "serving per month",
+            *(_forecast(line, currency) for line in lines),
+            money(sum(monthly), currency) if monthly else "",
+        ],
+        [
+            "serving per 1M predictions",
+            *(
+                money(line.cost_per_million, currency) if line.cost_per_million is not None else ""
+                for line in lines
+            ),
+            "",
+        ],
+    ]
+    return headers, rows
+
+
+def _share(amount: float, total: float, currency: str) -> str:
+    """Money and its share of ``total`` (no share of nothing)."""
+    from evalsentry.cost.units import money
+
+    return (
+        f"{money(amount, currency)} ({_percent(amount / total)})"
+        if total > 0
+        else (money(amount, currency))
+    )
+
+
+def _forecast(line: LineBill, currency: str) -> str:
+    """A line's serving cost per month at its declared traffic, or why there is none."""
+    from evalsentry.cost.units import money
+
+    if line.model == SHARED:
+        return ""
+    if line.requests_per_day is None:
+        return "no traffic declared"
+    if line.serving_per_month is None:
+        return "no production throughput yet"
+    return f"{money(line.serving_per_month, currency)} at {line.requests_per_day:,.0f}/day"

@@ -1,0 +1,85 @@
+"""Paired timing: real models timed in one process, and the rule that turns rounds into a WARN."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from evalsentry.evalsets.evalset import load_evalset
+from evalsentry.evaluation.pipeline import Outcome
+from evalsentry.evaluation.speed import PairedTiming, time_pair
+from evalsentry.evaluation.timing import TimingPair, slowdown_comparison
+from evalsentry.gate.verdicts import Verdict
+from tests.models import SlowNet, TinyNet
+
+THRESHOLD = 0.25
+
+
+def _pair() -> TimingPair:
+    row: dict[str, Any] = {
+        "evaluation_id": "e2",
+        "week": "2026-W41",
+        "model": "m",
+        "version": 2,
+        "evalset": "toy",
+        "status": "ok",
+    }
+    previous = {"evaluation_id": "e1", "week": "2026-W40", "version": 1}
+    return TimingPair(Outcome(row, [], None), previous)
+
+
+def _timing(current: list[float]) -> PairedTiming:
+    return PairedTiming([1.0] * len(current), current, 1000, "cpu")
+
+
+def test_consistently_slower_rounds_are_a_warn_with_the_numbers() -> None:
+    comparison = slowdown_comparison(_pair(), _timing([1.5] * 6 + [0.9]), THRESHOLD)
+    assert comparison.verdict == Verdict.WARN
+    assert comparison.reason.startswith(
+        "1.50x the time per example of v1 on cpu (1,500 µs vs 1,000 µs; median of 7 paired rounds"
+    )
+    assert comparison.reason.endswith("serving costs 1.50x as much")
+    assert (comparison.reference_value, comparison.value) == pytest.approx((1000.0, 1500.0))
+    assert comparison.tolerance == pytest.approx(250.0)  # microseconds per example
+    assert comparison.reference_week == "2026-W40"
+    assert comparison.metric == "microseconds_per_example"
+    assert comparison.describe().startswith(
+        "WARN m@v2 on toy: microseconds_per_example vs previous-week: 1000.0000 -> 1500.0000"
+    )
+
+
+@pytest.mark.parametrize(
+    "current",
+    [
+        [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 3.0],  # one unlucky round
+        [1.3, 1.3, 1.3, 1.3, 1.0, 1.0, 1.3],  # slower by the median, but not in every round
+        [1.2] * 7,  # consistently, but within the threshold
+    ],
+)
+def test_noise_or_a_small_slowdown_is_no_warn(current: list[float]) -> None:
+    comparison = slowdown_comparison(_pair(), _timing(current), THRESHOLD)
+    assert comparison.verdict == Verdict.PASS and comparison.reason.startswith("no slowdown: ")
+
+
+def test_a_timing_that_could_not_run_says_so() -> None:
+    comparison = slowdown_comparison(_pair(), None, THRESHOLD, "checkpoint v1 is missing")
+    assert comparison.verdict == Verdict.WARN
+    assert comparison.reason == "paired timing against v1 could not run: checkpoint v1 is missing"
+
+
+def test_real_models_timed_in_one_process(toy_evalset: Path) -> None:
+    """A model doing four times the work is found slower; the same model against itself is not."""
+    evalset = load_evalset(toy_evalset)
+    torch.manual_seed(0)
+    fast = TinyNet()
+    slow = SlowNet()
+    slow.load_state_dict(fast.state_dict())
+    slower = time_pair(fast, slow, evalset, device="cpu", rounds=5)
+    assert slower.ratio > 2
+    assert slowdown_comparison(_pair(), slower, THRESHOLD).verdict == Verdict.WARN
+    same = time_pair(fast, TinyNet(), evalset, device="cpu", rounds=5)
+    assert slowdown_comparison(_pair(), same, THRESHOLD).verdict == Verdict.PASS
+    assert same.examples == len(evalset)  # per pass; a round keeps its fastest pass

@@ -1,0 +1,582 @@
+"""The regression gate: every verdict branch, fail-closed cases, baselines, slices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from evalsentry.config import GatePolicy, Tolerance
+from evalsentry.gate.drift import DriftResult
+from evalsentry.gate.week import Comparison, GateReport, Verdict, gate_candidate, gate_week
+from evalsentry.history.store import History
+from tests.synthetic import accuracy_mask, record_week
+
+N = 1000
+POLICY = GatePolicy(default=Tolerance(max_drop=0.01), metrics={"nll": Tolerance(max_drop="50%")})
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> History:
+    """An empty history store."""
+    return History(str(tmp_path / "store"))
+
+
+def overall(report: GateReport, reference: str, metric: str = "accuracy") -> object:
+    """The overall comparison of one metric against one reference."""
+    return next(
+        c
+        for c in report.comparisons
+        if c.reference == reference and c.metric == metric and not c.slice
+    )
+
+
+class TestVerdicts:
+    def test_first_week_is_the_baseline(self, history: History) -> None:
+        """The first week of a model line has nothing to compare with: BASELINE, exit 0."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        report = gate_week(history, "2026-W40", POLICY)
+        assert [c.verdict for c in report.comparisons] == [Verdict.BASELINE]
+        assert report.exit_code == 0
+
+    def test_same_predictions_pass_with_no_flips(self, history: History) -> None:
+        """The same checkpoint with the same predictions PASSes with flip rate 0."""
+        correct = accuracy_mask(N, 0.9)
+        record_week(history, "2026-W40", correct)
+        record_week(history, "2026-W41", correct)
+        report = gate_week(history, "2026-W41", POLICY)
+        acc = overall(report, "previous-week")
+        assert acc.verdict == Verdict.PASS and (acc.newly_wrong, acc.newly_right) == (0, 0)
+        assert report.verdict == Verdict.PASS and report.exit_code == 0
+
+    def test_real_drop_fails_naming_model_metric_drop_p_and_flips(self, history: History) -> None:
+        """A 5% relative accuracy drop on the same examples FAILs, with the evidence in the message."""
+        before = accuracy_mask(N, 0.9)
+        after = before.copy()
+        after[np.flatnonzero(before)[:45]] = False  # 0.900 -> 0.855
+        record_week(history, "2026-W40", before)
+        record_week(history, "2026-W41", after, checkpoint="d" * 64, version=2)
+        report = gate_week(history, "2026-W41", POLICY)
+        acc = overall(report, "previous-week")
+        assert acc.verdict == Verdict.FAIL
+        # 4.5 points against a 1-point tolerance: the margin test's floor (GAMMA, 0.001).
+        assert acc.drop == pytest.approx(0.045) and acc.p_adjusted < 0.0011
+        assert (acc.newly_wrong, acc.newly_right) == (45, 0)
+        assert report.exit_code == 1
+        message = report.message()
+        assert message.splitlines()[0] == report.headline()
+        assert report.headline().startswith("2026-W41: FAIL m@v2 accuracy -4.5 pts (p=")
+        assert "m@v2 on toy: accuracy vs previous-week" in message
+        assert "change -0.0450, allowed -0.0100" in message and "p=" in message
+        assert "flips -45/+0" in message
+
+    def test_drop_beyond_tolerance_but_not_significant_is_inconclusive_with_detectable_drop(
+        self, history: History
+    ) -> None:
+        """On too few examples a large drop is INCONCLUSIVE (exit 0) saying what it can detect."""
+        before = accuracy_mask(20, 0.9)
+        after = before.copy()
+        after[np.flatnonzero(before)[:2]] = False
+        record_week(history, "2026-W40", before)
+        record_week(history, "2026-W41", after, checkpoint="d" * 64)
+        report = gate_week(history, "2026-W41", POLICY)
+        acc = overall(report, "previous-week")
+        assert acc.verdict == Verdict.INCONCLUSIVE
+        assert acc.inconclusive_kind == "possible-regression"
+        assert acc.reason.startswith("possible regression (observed drop 10.0 pts beyond")
+        assert "not significant" in acc.reason and "detects drops of about" in acc.reason
+        assert report.verdict == Verdict.INCONCLUSIVE and report.exit_code == 0
+        assert report.headline().startswith("2026-W41: INCONCLUSIVE: m@v1 accuracy -10.0 pts")
+        assert acc.describe() in report.message()
+
+    def test_strict_makes_inconclusive_exit_1(self, history: History) -> None:
+        """With gate.strict an INCONCLUSIVE week is a problem: it leads the headline, exit 1."""
+        record_week(history, "2026-W40", accuracy_mask(72, 0.9))
+        record_week(history, "2026-W41", accuracy_mask(72, 0.9), checkpoint="d" * 64)
+        strict = POLICY.model_copy(update={"strict": True})
+        report = gate_week(history, "2026-W41", strict)
+        assert report.strict and report.exit_code == 1
+        assert report.headline().startswith("2026-W41: INCONCLUSIVE m@v1 accuracy")
+        assert gate_week(history, "2026-W41", POLICY).exit_code == 0
+
+    def test_an_unchanged_model_on_too_few_examples_is_inconclusive_not_pass(
+        self, history: History
+    ) -> None:
+        """No flip at all on 72 rows: a drop 3.6x the tolerance is not ruled out: INCONCLUSIVE."""
+        correct = accuracy_mask(72, 0.9)
+        record_week(history, "2026-W40", correct)
+        record_week(history, "2026-W41", correct)
+        acc = overall(gate_week(history, "2026-W41", POLICY), "previous-week")
+        assert (acc.newly_wrong, acc.newly_right) == (0, 0)
+        assert acc.verdict == Verdict.INCONCLUSIVE and acc.drop_bound == pytest.approx(
+            0.036, abs=1e-3
+        )
+
+    def test_an_unresolved_week_reads_as_a_pass_and_records_its_kind(
+        self, history: History
+    ) -> None:
+        """An unchanged model on 72 rows is INCONCLUSIVE of kind "unresolved": the headline says
+        PASS and counts it as information, the report's verdict is PASS (INCONCLUSIVE when strict)
+        and the history's comparisons table records the kind."""
+        correct = accuracy_mask(72, 0.9)
+        record_week(history, "2026-W40", correct)
+        record_week(history, "2026-W41", correct)
+        report = gate_week(history, "2026-W41", POLICY)
+        acc = overall(report, "previous-week")
+        assert acc.verdict == Verdict.INCONCLUSIVE and acc.inconclusive_kind == "unresolved"
+        assert acc.reason.startswith("cannot resolve ±1.0 pts on 72 examples")
+        assert report.verdict == Verdict.PASS and report.exit_code == 0
+        assert report.headline().startswith("2026-W41: PASS, 0 warning(s)")
+        assert report.headline().endswith(f", {len(report.unresolved)} unresolved")
+        assert not report.possible_regressions
+        strict = gate_week(history, "2026-W41", POLICY.model_copy(update={"strict": True}))
+        assert strict.verdict == Verdict.INCONCLUSIVE and strict.exit_code == 1
+        now = pd.Timestamp.now(tz="UTC")
+        history.append_comparisons([c.row("run", now) for c in report.comparisons])
+        stored = history.comparisons()
+        kinds = stored.loc[stored["metric"] == "accuracy", "inconclusive_kind"]
+        assert "unresolved" in set(kinds)
+
+    def test_a_drop_equal_to_the_tolerance_is_within_it(self, history: History) -> None:
+        """0.900 -> 0.880 on 1000 examples with a 0.02 tolerance: never FAIL (the float says 0.0200000...02)."""
+        before = accuracy_mask(N, 0.9)
+        after = before.copy()
+        after[np.flatnonzero(before)[:25]] = False
+        after[np.flatnonzero(~before)[:5]] = True
+        record_week(history, "2026-W40", before)
+        record_week(history, "2026-W41", after, checkpoint="d" * 64)
+        policy = POLICY.model_copy(update={"metrics": {"accuracy": Tolerance(max_drop=0.02)}})
+        acc = overall(gate_week(history, "2026-W41", policy), "previous-week")
+        assert (acc.newly_wrong, acc.newly_right) == (25, 5) and acc.verdict != Verdict.FAIL
+        assert acc.drop == pytest.approx(0.02) and acc.tolerance == pytest.approx(0.02)
+
+    def test_significant_drop_within_tolerance_warns(self, history: History) -> None:
+        """A real but tolerated drop is a WARN, not a FAIL."""
+        before = accuracy_mask(N, 0.9)
+        after = before.copy()
+        after[np.flatnonzero(before)[:45]] = False
+        record_week(history, "2026-W40", before)
+        record_week(history, "2026-W41", after, checkpoint="d" * 64)
+        lenient = GatePolicy(
+            default=Tolerance(max_drop=0.10), metrics={"nll": Tolerance(max_drop="90%")}
+        )
+        acc = overall(gate_week(history, "2026-W41", lenient), "previous-week")
+        assert acc.verdict == Verdict.WARN and acc.reason == "significant drop within tolerance"
+
+    def test_same_checkpoint_different_predictions_warns_naming_the_environment(
+        self, history: History
+    ) -> None:
+        """Flips with the same weights and data mean the environment changed; say what changed."""
+        before = accuracy_mask(N, 0.9)
+        after = before.copy()
+        after[np.flatnonzero(before)[:2]] = False
+        after[np.flatnonzero(~before)[:2]] = True
+        record_week(history, "2026-W40", before, torch_version="2.12.0")
+        record_week(history, "2026-W41", after, torch_version="2.13.0")
+        acc = overall(gate_week(history, "2026-W41", POLICY), "previous-week")
+        assert acc.verdict == Verdict.WARN
+        assert (
+            "4 different prediction(s)" in acc.reason
+            and "torch_version 2.12.0 -> 2.13.0" in acc.reason
+        )
+
+    def test_family_adjusts_upward(self, history: History) -> None:
+        """Family-adjusted p-values are never below the raw ones."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        record_week(history, "2026-W41", accuracy_mask(N, 0.88, seed=1), checkpoint="d" * 64)
+        tested = [
+            c for c in gate_week(history, "2026-W41", POLICY).comparisons if c.p_value is not None
+        ]
+        assert tested and all(c.p_adjusted >= c.p_value for c in tested)
+
+
+class TestFailClosed:
+    def test_changed_evalset_is_an_error(self, history: History) -> None:
+        """Results on a different evalset hash are never compared."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        record_week(history, "2026-W41", accuracy_mask(N, 0.9), evalset_sha="f" * 64)
+        report = gate_week(history, "2026-W41", POLICY)
+        assert report.verdict == Verdict.ERROR and report.exit_code == 2
+        assert "evalset changed" in report.errors[0].reason
+
+    def test_missing_predictions_is_an_error(self, history: History) -> None:
+        """Without per-example predictions there is no paired test: ERROR, not PASS."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9), store_predictions=False)
+        record_week(history, "2026-W41", accuracy_mask(N, 0.9))
+        assert "predictions missing" in gate_week(history, "2026-W41", POLICY).errors[0].reason
+
+    def test_missing_metric_is_an_error(self, history: History) -> None:
+        """A metric recorded last week but not this week fails closed."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9), metrics=("accuracy", "nll"))
+        record_week(history, "2026-W41", accuracy_mask(N, 0.9), metrics=("accuracy",))
+        errors = gate_week(history, "2026-W41", POLICY).errors
+        assert [(e.metric, e.reason) for e in errors] == [("nll", "not comparable: metric missing")]
+
+    def test_failed_evaluation_is_an_error(self, history: History) -> None:
+        """A checkpoint that failed to evaluate is an ERROR naming the reason."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        record_week(history, "2026-W41", accuracy_mask(N, 0.9), status="error", model="other")
+        errors = gate_week(history, "2026-W41", POLICY).errors
+        assert errors[0].model == "other" and "checkpoint corrupt" in errors[0].reason
+
+
+class TestBaseline:
+    def test_slow_drift_fails_against_the_baseline(self, history: History) -> None:
+        """Drops each within tolerance week over week still FAIL against the first week."""
+        correct = accuracy_mask(N, 0.95)
+        record_week(history, "2026-W40", correct.copy())
+        for week in range(41, 45):  # lose 6 correct answers a week: 0.6 points < 1 point tolerance
+            correct[np.flatnonzero(correct)[:6]] = False
+            record_week(history, f"2026-W{week}", correct.copy(), checkpoint=f"{week}" * 32)
+        report = gate_week(history, "2026-W44", POLICY)
+        # 6 more wrong out of 1000 is real (p = 1/64) but not shown beyond, nor within, 0.01
+        assert overall(report, "previous-week").verdict == Verdict.INCONCLUSIVE
+        base = overall(report, "baseline")
+        assert base.reference_week == "2026-W40" and base.verdict == Verdict.FAIL
+        assert base.drop == pytest.approx(0.024)
+
+    def test_pinned_baseline_week_is_used(self, history: History) -> None:
+        """`baseline set` moves the baseline comparison to the pinned week."""
+        for week in range(40, 44):
+            record_week(history, f"2026-W{week}", accuracy_mask(N, 0.9))
+        history.set_baseline("m", "2026-W41")
+        report = gate_week(history, "2026-W43", POLICY)
+        assert overall(report, "baseline").reference_week == "2026-W41"
+
+
+class TestSlices:
+    def test_slices_report_by_default_and_gate_when_configured(self, history: History) -> None:
+        """Per-slice comparisons are report-only unless the policy says slices gate."""
+        before = accuracy_mask(N, 0.9)
+        after = before.copy()
+        after[np.flatnonzero(before)[::2][:60]] = False
+        record_week(history, "2026-W40", before)
+        record_week(history, "2026-W41", after, checkpoint="d" * 64)
+        report = gate_week(history, "2026-W41", POLICY)
+        sliced = [c for c in report.comparisons if c.slice]
+        assert {c.slice for c in sliced} == {"half=even", "half=odd"}
+        assert not any(c.gating for c in sliced)
+        gated = gate_week(history, "2026-W41", POLICY.model_copy(update={"slices": "gate"}))
+        assert all(c.gating for c in gated.comparisons if c.slice)
+
+
+class TestCandidate:
+    def test_candidate_is_compared_with_production(self, history: History) -> None:
+        """A candidate is gated against the latest production result of its model."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        before = accuracy_mask(N, 0.9)
+        worse = before.copy()
+        worse[np.flatnonzero(before)[:80]] = False
+        candidate_id = record_week(
+            history, "2026-W41", worse, kind="candidate", stage="candidate", checkpoint="d" * 64
+        )
+        row = history.evaluations(kind="candidate").set_index("evaluation_id").loc[candidate_id]
+        row["evaluation_id"] = candidate_id
+        report = gate_candidate(history, row, POLICY)
+        assert overall(report, "production").verdict == Verdict.FAIL
+
+    def test_candidates_never_count_as_the_weeks_production_result(self, history: History) -> None:
+        """A week with only a candidate has no production result: nothing evaluated, ERROR."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        record_week(history, "2026-W41", accuracy_mask(N, 0.5), kind="candidate", stage="candidate")
+        report = gate_week(history, "2026-W41", POLICY)
+        assert [c.verdict for c in report.comparisons] == [Verdict.ERROR]
+        assert report.exit_code == 2
+
+    def test_a_candidate_as_bad_as_a_degraded_production_fails_against_the_baseline(
+        self, history: History
+    ) -> None:
+        """Production degraded in week 41; a candidate equal to it passes that, not the baseline."""
+        before = accuracy_mask(N, 0.9)
+        worse = before.copy()
+        worse[np.flatnonzero(before)[:80]] = False
+        record_week(history, "2026-W40", before)
+        record_week(history, "2026-W41", worse, checkpoint="d" * 64, version=2)
+        candidate_id = record_week(
+            history, "2026-W42", worse, kind="candidate", stage="candidate", checkpoint="e" * 64
+        )
+        row = history.evaluations(kind="candidate").set_index("evaluation_id").loc[candidate_id]
+        row["evaluation_id"] = candidate_id
+        report = gate_candidate(history, row, POLICY)
+        assert overall(report, "production").verdict == Verdict.PASS
+        baseline = overall(report, "baseline")
+        assert baseline.verdict == Verdict.FAIL and baseline.reference_week == "2026-W40"
+        assert report.verdict == Verdict.FAIL and report.exit_code == 1
+
+
+class TestNothingEvaluated:
+    def test_a_week_never_evaluated_is_an_error_naming_the_latest(self, history: History) -> None:
+        """No result in the week: one ERROR saying so and which week has results, exit 2."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        report = gate_week(history, "2030-W05", POLICY)
+        (error,) = report.comparisons
+        assert error.verdict == Verdict.ERROR and report.exit_code == 2
+        assert error.reason == (
+            "no result of week 2030-W05; the latest week with results is 2026-W40"
+        )
+        assert report.headline().startswith("2030-W05: ERROR nothing evaluated (no result")
+
+    def test_an_empty_history_says_so(self, history: History) -> None:
+        """Nothing recorded at all: ERROR, never PASS."""
+        report = gate_week(history, "2026-W40", POLICY)
+        assert report.verdict == Verdict.ERROR
+        assert report.comparisons[0].reason.endswith("no weekly result is recorded yet")
+
+    def test_a_mistyped_model_or_evalset_gets_a_did_you_mean(self, history: History) -> None:
+        """A model or evalset that never had a result is named, with the closest that did."""
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9), model="wine")
+        (by_model,) = gate_week(history, "2026-W40", POLICY, model="wien").comparisons
+        assert "model 'wien' has none in any week. Did you mean 'wine'?" in by_model.reason
+        (by_set,) = gate_week(history, "2026-W40", POLICY, evalset="toys").comparisons
+        assert "evalset 'toys' has none in any week. Did you mean 'toy'?" in by_set.reason
+        assert by_set.evalset == "toys" and by_set.verdict == Verdict.ERROR
+
+
+def test_gate_can_be_restricted_to_some_models(history: History) -> None:
+    """A run of some models gates only their lines, not another model's regression."""
+    before = accuracy_mask(N, 0.9)
+    after = before.copy()
+    after[np.flatnonzero(before)[:80]] = False
+    for model, week2 in (("kept", before), ("other", after)):
+        record_week(history, "2026-W40", before, model=model)
+        record_week(history, "2026-W41", week2, model=model, checkpoint="d" * 64)
+    assert gate_week(history, "2026-W41", POLICY).verdict == Verdict.FAIL
+    only = gate_week(history, "2026-W41", POLICY, models=["kept"])
+    assert only.verdict == Verdict.PASS and {c.model for c in only.comparisons} == {"kept"}
+
+
+def test_align_reorders_the_reference_and_refuses_other_examples() -> None:
+    """Pairs are matched by example id, whatever the order; different example sets do not pair."""
+    import numpy as np
+
+    from evalsentry.gate.pairs import align
+
+    reference = {"example_id": np.array(["b", "a", "c"]), "prediction": np.array([2, 1, 3])}
+    current = {"example_id": np.array(["a", "b", "c"]), "prediction": np.array([0, 0, 0])}
+    assert align(reference, current)["prediction"].tolist() == [1, 2, 3]  # type: ignore[index]
+    assert align(reference, {"example_id": np.array(["a", "b", "d"])}) is None
+    assert align(reference, {"example_id": np.array(["a", "b"])}) is None
+
+
+def test_different_examples_are_an_error(history: History) -> None:
+    """Results on another set of examples cannot be paired: ERROR, not PASS."""
+    record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+    record_week(history, "2026-W41", accuracy_mask(N - 10, 0.9))
+    assert "different example ids" in gate_week(history, "2026-W41", POLICY).errors[0].reason
+
+
+def judged(verdict: Verdict, metric: str = "accuracy", **fields: object) -> Comparison:
+    """A comparison of m@v2 on toy vs the previous week: accuracy 0.90 -> 0.85, Holm p 0.002."""
+    base: dict[str, object] = {
+        "evaluation_id": "e",
+        "week": "2026-W41",
+        "model": "m",
+        "version": 2,
+        "evalset": "toy",
+        "reference": "previous-week",
+        "reason": "drop beyond tolerance and significant",
+        "reference_week": "2026-W40",
+        "reference_value": 0.9,
+        "value": 0.85,
+        "delta": -0.05,
+        "drop": 0.05,
+        "tolerance": 0.01,
+        "p_value": 0.001,
+        "p_adjusted": 0.002,
+        "method": "mcnemar-exact",
+        "newly_wrong": 50,
+        "newly_right": 0,
+        "n": 1000,
+    }
+    return Comparison(verdict=verdict, metric=metric, **{**base, **fields})  # type: ignore[arg-type]
+
+
+class TestHeadline:
+    def test_one_fail_reads_as_a_verdict_with_points_and_p(self) -> None:
+        """An accuracy FAIL is one line: week, verdict, checkpoint, metric, points, p."""
+        report = GateReport("2026-W41", [judged(Verdict.FAIL), judged(Verdict.PASS, "nll")])
+        assert report.headline() == "2026-W41: FAIL m@v2 accuracy -5.0 pts (p=0.002)"
+
+    def test_worst_leads_and_the_rest_are_counted(self) -> None:
+        """An ERROR outranks a FAIL in the lead; each other problem is counted, warnings not."""
+        report = GateReport(
+            "2026-W41",
+            [
+                judged(Verdict.FAIL),
+                judged(Verdict.WARN, "ece"),
+                judged(Verdict.FAIL, reference="baseline"),
+                judged(Verdict.ERROR, "nll", reason="not comparable: metric missing", delta=None),
+            ],
+        )
+        assert report.headline() == (
+            "2026-W41: ERROR m@v2 nll (not comparable: metric missing) and 2 more"
+        )
+
+    def test_other_metrics_change_in_their_unit_and_a_baseline_is_named(self) -> None:
+        """A bootstrap-tested metric changes by its own value, not points; `vs baseline` is said."""
+        nll = judged(Verdict.FAIL, "nll", reference="baseline", delta=0.1234, method="bootstrap")
+        assert GateReport("2026-W41", [nll]).headline() == (
+            "2026-W41: FAIL m@v2 nll +0.123 vs baseline (p=0.002)"
+        )
+
+    def test_the_evalset_is_named_when_the_week_has_several(self) -> None:
+        """With two evalsets in the report, the lead says which one regressed."""
+        report = GateReport(
+            "2026-W41", [judged(Verdict.FAIL, evalset="digits"), judged(Verdict.PASS)]
+        )
+        assert report.headline().startswith("2026-W41: FAIL m@v2 on digits accuracy")
+
+    def test_a_long_error_reason_is_cut(self) -> None:
+        """A failed evaluation's error (paths, stack text) is cut short in the headline."""
+        error = judged(
+            Verdict.ERROR, "*", reference="none", reason="evaluation failed: " + "x" * 200
+        )
+        headline = GateReport("2026-W41", [error]).headline()
+        assert headline.endswith("…)") and len(headline) < 120
+
+    def test_without_problems_it_gives_the_verdict_and_warnings(self) -> None:
+        """A passing week says PASS or WARN, the first warning, and how many; the message is just that."""
+        report = GateReport("2026-W41", [judged(Verdict.WARN), judged(Verdict.PASS, "nll")])
+        assert report.headline() == "2026-W41: WARN m@v2 accuracy -5.0 pts (p=0.002), 1 warning(s)"
+        assert report.message() == report.headline()
+        assert GateReport("2026-W41", [judged(Verdict.PASS)]).headline() == (
+            "2026-W41: PASS, 0 warning(s)"
+        )
+
+    def test_possible_regressions_lead_and_unresolved_are_noted_apart(self) -> None:
+        """A possible regression makes the week INCONCLUSIVE and leads the headline after a colon;
+        an unresolved comparison is named after the warnings and changes neither."""
+        maybe = judged(Verdict.INCONCLUSIVE, inconclusive_kind="possible-regression")
+        unsure = judged(Verdict.INCONCLUSIVE, "nll", inconclusive_kind="unresolved")
+        both = GateReport("2026-W41", [maybe, unsure])
+        assert both.headline() == (
+            "2026-W41: INCONCLUSIVE: m@v2 accuracy -5.0 pts (p=0.002), 0 warning(s), 1 unresolved"
+        )
+        only = GateReport("2026-W41", [judged(Verdict.PASS), unsure])
+        assert only.headline() == "2026-W41: PASS, 0 warning(s), 1 unresolved"
+        assert only.verdict == Verdict.PASS and only.exit_code == 0
+
+    def test_an_inconclusive_of_unknown_kind_counts_as_a_possible_regression(self) -> None:
+        """Rows from before the kinds existed (kind None) keep counting as inconclusive."""
+        report = GateReport("2026-W41", [judged(Verdict.INCONCLUSIVE)])
+        assert report.possible_regressions and not report.unresolved
+        assert report.verdict == Verdict.INCONCLUSIVE
+
+    def test_message_on_one_line_keeps_every_detail(self) -> None:
+        """Joined for a state message, the lines hold no newline and still name every problem."""
+        report = GateReport(
+            "2026-W41", [judged(Verdict.FAIL), judged(Verdict.FAIL, reference="baseline")]
+        )
+        one_line = report.message(sep=" | ")
+        assert "\n" not in one_line and one_line.startswith(report.headline() + " | FAIL")
+        assert one_line.count("drop beyond tolerance and significant") == 2
+
+
+def drifted(feature: str, psi: float, verdict: Verdict, model: str | None = None) -> DriftResult:
+    """A drift result of the toy evalset's live sample (300 rows against 300)."""
+    return DriftResult(
+        "toy",
+        feature,
+        "input" if model is None else "prediction",
+        psi,
+        0.5,
+        1e-9,
+        2e-9,
+        300,
+        300,
+        verdict,
+        model,
+    )
+
+
+class TestDriftIsAVerdict:
+    def test_any_drift_makes_a_passing_week_a_warn_that_leads_the_headline(self) -> None:
+        """WARN- or FAIL-level drift without drift.fail_run: the week is a WARN, drift first,
+        worst first, the gate's own verdict after it; the exit code stays 0."""
+        report = GateReport(
+            "2026-W41",
+            [judged(Verdict.PASS)],
+            drift=[
+                drifted("std", 0.2, Verdict.WARN),
+                drifted("mean", 7.05, Verdict.FAIL),
+                drifted("max", 0.01, Verdict.PASS),
+            ],
+        )
+        assert report.verdict == Verdict.WARN and report.exit_code == 0 and not report.failed
+        assert report.headline() == (
+            "2026-W41: WARN drift in 2 feature(s): toy mean PSI 7.05 and 1 more; "
+            "the gate: PASS, 0 warning(s)"
+        )
+        assert report.details() == [
+            "FAIL drift toy mean: PSI 7.050, p=2e-09 (KS, BH; 300 live vs 300 frozen rows)",
+            "WARN drift toy std: PSI 0.200, p=2e-09 (KS, BH; 300 live vs 300 frozen rows)",
+        ]
+
+    def test_with_fail_run_failing_drift_fails_the_week(self) -> None:
+        """drift.fail_run: FAIL-level drift is a FAIL of the week, exit 1, leading the headline."""
+        report = GateReport(
+            "2026-W41",
+            [judged(Verdict.PASS)],
+            drift=[drifted("mean", 7.05, Verdict.FAIL)],
+            drift_fails=True,
+        )
+        assert report.verdict == Verdict.FAIL and report.exit_code == 1 and report.failed
+        assert report.headline().startswith("2026-W41: FAIL drift in 1 feature(s): toy mean PSI")
+
+    def test_a_worse_gate_verdict_leads_and_the_drift_follows(self) -> None:
+        """A FAIL (or an INCONCLUSIVE) of the gate leads; the drift is named after it."""
+        drift = [drifted("predicted_class", 0.3, Verdict.WARN, model="m")]
+        failed = GateReport("2026-W41", [judged(Verdict.FAIL)], drift=drift)
+        assert failed.headline() == (
+            "2026-W41: FAIL m@v2 accuracy -5.0 pts (p=0.002), "
+            "drift in 1 feature(s): toy predicted_class of m PSI 0.3"
+        )
+        maybe = judged(Verdict.INCONCLUSIVE, inconclusive_kind="possible-regression")
+        unsure = GateReport("2026-W41", [maybe], drift=drift)
+        assert unsure.headline().startswith("2026-W41: INCONCLUSIVE: m@v2 accuracy")
+        assert unsure.headline().endswith(
+            ", drift in 1 feature(s): toy predicted_class of m PSI 0.3"
+        )
+
+    def test_the_gate_reads_the_week_s_recorded_drift(self, tmp_path: Path) -> None:
+        """gate_week reports the drift rows recorded for its week; fail_run makes FAIL fail it."""
+        from evalsentry.config import DriftPolicy
+
+        history = History(str(tmp_path))
+        record_week(history, "2026-W40", accuracy_mask(200, 0.9, seed=0), model="m")
+        history.append_drift([drifted("mean", 7.05, Verdict.FAIL).row("r1", "2026-W40")])
+        history.append_drift([drifted("mean", 9.0, Verdict.FAIL).row("r0", "2026-W39")])
+        report = gate_week(history, "2026-W40", GatePolicy())
+        assert [d.psi for d in report.drift] == [7.05] and report.verdict == Verdict.WARN
+        failing = gate_week(history, "2026-W40", GatePolicy(), drift=DriftPolicy(fail_run=True))
+        assert failing.verdict == Verdict.FAIL and failing.exit_code == 1
+
+
+class TestNames:
+    def test_a_version_read_back_as_a_float_still_reads_as_an_integer(self) -> None:
+        """Parquet gives a fanned-out week's versions back as floats: m@v2, never m@v2.0."""
+        from evalsentry.evaluation.pipeline import Target
+
+        comparison = judged(Verdict.FAIL, version=np.float64(2.0))
+        report = GateReport("2026-W41", [comparison])
+        assert report.headline() == "2026-W41: FAIL m@v2 accuracy -5.0 pts (p=0.002)"
+        assert comparison.describe().startswith("FAIL m@v2 on toy: ")
+        target = Target("m", "m.pt", version=2.0, sha256="ab" * 32)  # type: ignore[arg-type]
+        assert (target.label, target.slug) == ("m@v2", "m-v2")
+
+    def test_a_candidate_file_is_named_by_its_sha256(self) -> None:
+        """A file evaluated as a candidate names its bytes (`m (candidate 9ae2a1ad)`), in the
+        headline, the task name part and the progress artifact's label alike."""
+        from evalsentry.evaluation.pipeline import Target
+
+        sha = "9ae2a1ad" + "0" * 56
+        comparison = judged(Verdict.FAIL, version=None, checkpoint_sha256=sha)
+        assert (
+            GateReport("2026-W41", [comparison])
+            .headline()
+            .startswith("2026-W41: FAIL m (candidate 9ae2a1ad) accuracy -5.0 pts")
+        )
+        target = Target("m", "m.pt", sha256=sha)
+        assert (target.label, target.slug) == ("m (candidate 9ae2a1ad)", "m-9ae2a1ad")
