@@ -65,8 +65,9 @@ def _groups(report: GateReport) -> dict[tuple[str, Any, str, str | None], list[C
     """The overall comparisons by checkpoint and evalset, worst group first."""
     groups: dict[tuple[str, Any, str, str | None], list[Comparison]] = {}
     for c in report.comparisons:
-        if not c.slice:
-            groups.setdefault((c.model, c.version, c.evalset, c.checkpoint_sha256), []).append(c)
+        if not c.slice:  # a registered version is its own name: its timing row (no sha) joins it
+            sha = c.checkpoint_sha256 if c.version is None else None
+            groups.setdefault((c.model, c.version, c.evalset, sha), []).append(c)
 
     def order(item: tuple[Any, list[Comparison]]) -> tuple[bool, int]:
         cells = item[1]

@@ -44,6 +44,21 @@ class TestReportArtifact:
         assert max(sum(len(cell) for cell in row) for row in rows) <= ROW_CHARS
         assert lines[-2:] == ["details: the `weekly-eval-details` artifact", ""]
 
+    def test_a_version_s_timing_row_joins_its_metrics_table(self) -> None:
+        """The speed comparison of m@v2 (recorded without the file's sha) is a row of m@v2's
+        table, not a second table under the same heading."""
+        sha = "9ae2a1ad" + "0" * 56
+        week = GateReport(
+            "2026-W41",
+            [
+                judged(Verdict.FAIL, p_adjusted=6e-11, checkpoint_sha256=sha),
+                judged(Verdict.PASS, "microseconds_per_example", value=11.6, gating=False),
+            ],
+        )
+        text = report_artifact(week, more="")
+        assert text.count("**m@v2 on toy**") == 1
+        assert ["microseconds_per_example", "11.6"] in [r[:2] for r in _rows(text)]
+
     def test_the_details_artifact_holds_every_reason(self) -> None:
         """Each comparison's numbers and reason, and each drifted feature, are in the details."""
         week = GateReport(
