@@ -78,7 +78,7 @@ def test_70_a_history_write_retried_after_a_failure_resumes(
     The write-history task's retry finds its own predictions file and resumes: the week is
     recorded once, and nothing says the store refused a name.
     """
-    import evalsentry.history.store as history_module
+    import evalsentry.history.files as history_module
 
     real = history_module.write_atomic
     refused: list[str] = []
