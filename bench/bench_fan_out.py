@@ -73,6 +73,8 @@ def run(rounds: int = 3) -> dict[str, float]:
         f"fan_out_week_{CHECKPOINTS}_checkpoints_thread_s": thread_s,
         f"fan_out_week_{CHECKPOINTS}_checkpoints_2_workers_s": fan_out_s,
         "fan_out_over_thread_median_of_rounds": statistics.median(ratios),
+        "fan_out_over_thread_lowest_round": min(ratios),
+        "fan_out_over_thread_highest_round": max(ratios),
         "fan_out_overhead_s": fan_out_s - thread_s,
         "fan_out_child_run_median_s": statistics.median(children),
         # created to Running: the worker's poll, a new process, its imports and pull step
