@@ -164,8 +164,8 @@ def test_each_failed_week_posts_once_and_a_passing_week_none(
     listener: Listener,
 ) -> None:
     """Set up twice (one block, three automations); a passing week posts nothing; a FAIL, a
-    crashed run and a run never picked up within the grace period each post once, their
-    headline first.
+    crashed run, a run stopped before its gate (on a worker, its config missing) and a run never
+    picked up within the grace period each post once, their headline first.
 
     The crash is the state a worker reports for a killed run, set through the API: killing a
     process is Prefect's to detect, the alert on its state is ours. A run stopped before its
@@ -204,6 +204,17 @@ def test_each_failed_week_posts_once_and_a_passing_week_none(
         assert crashed["alert"] == "crashed" and crashed["gate"] == "ERROR"
         assert crashed["headline"] == "2026-W43: ERROR the run crashed: exit code -9"
 
+        # A week that stops before its gate (its config is missing): Failed early, one POST.
+        early = run_week(server, "2026-W44", tmp_path / "missing.yaml")
+        assert early["state"] == "FAILED", early
+        stopped = _posted(listener, 2)
+        assert stopped["alert"] == "failed" and stopped["gate"] == "ERROR"
+        assert stopped["headline"] == str(early["message"]).split(" | ")[0]
+        assert (
+            stopped["headline"].startswith("2026-W44: ERROR")
+            and "missing.yaml" in stopped["headline"]
+        )
+
         # Set up again, with a grace period short enough to wait for: the same block and
         # automations, updated in place.
         again = _set_up_alerts({**env, GRACE_VARIABLE: "10s"})
@@ -217,15 +228,15 @@ def test_each_failed_week_posts_once_and_a_passing_week_none(
         )
         assert isinstance(blocks, list) and len(blocks) == 1
         # A missed week: scheduled a minute ago in a queue no worker polls (a paused one).
-        overdue_run = _miss_a_week(env, "2026-W44", config)
-        listener.wait_for(3, OVERDUE_TIMEOUT_S)
-        overdue = _posted(listener, 2)
+        overdue_run = _miss_a_week(env, "2026-W45", config)
+        listener.wait_for(4, OVERDUE_TIMEOUT_S)
+        overdue = _posted(listener, 3)
         assert overdue["alert"] == "overdue" and overdue["gate"] == "ERROR"
         assert overdue["headline"] == (
-            "2026-W44: ERROR the run has not ended within 10s (it is Late)"
+            "2026-W45: ERROR the run has not ended within 10s (it is Late)"
         )
-        listener.wait_for(4, QUIET_S)
-        assert len(listener.posts) == 3, [body for _, _, body in listener.posts]
+        listener.wait_for(5, QUIET_S)
+        assert len(listener.posts) == 4, [body for _, _, body in listener.posts]
     finally:
         if overdue_run is not None:  # no later worker of another test may pick it up
             api(env, "DELETE", f"/flow_runs/{overdue_run}")
