@@ -16,8 +16,9 @@ from numpy.typing import NDArray
 
 #: The per-example content columns, and the word each change is reported with, checked in order.
 CONTENT_COLUMNS = (("prompt_hash", "prompt"), ("target_hash", "target"))
-#: Columns holding one value for the whole run: the harness, then the task's hash.
-RUN_COLUMNS = (("harness", "harness"), ("task_hash", "task"))
+#: Columns holding one value for the whole run: the harness (checked first), the task's hash
+#: (checked last: a new prompt template changes it too, and the prompt is the finer answer).
+HARNESS_COLUMN, TASK_COLUMN = ("harness", "harness"), ("task_hash", "task")
 
 
 def content_change(
@@ -28,11 +29,9 @@ def content_change(
     Per-example hashes are compared on the examples both hold (paired by ``example_id``); a run
     column on its one value. Evaluations without these columns (a weekly run's) give None.
     """
-    for column, word in RUN_COLUMNS:
-        if column in reference and column in current:
-            before, after = _single(reference[column]), _single(current[column])
-            if before != after:
-                return f"not comparable: the {word} changed ({before} -> {after})"
+    changed = _run_change(reference, current, *HARNESS_COLUMN)
+    if changed:
+        return changed
     ids_ref, ids_cur = np.asarray(reference["example_id"]), np.asarray(current["example_id"])
     common, at_ref, at_cur = np.intersect1d(ids_ref, ids_cur, return_indices=True)
     for column, word in CONTENT_COLUMNS:
@@ -43,6 +42,19 @@ def content_change(
                     f"not comparable: the {word} changed ({int(differ.sum())} of {common.size} "
                     f"examples' {column} differ)"
                 )
+    return _run_change(reference, current, *TASK_COLUMN)
+
+
+def _run_change(
+    reference: Mapping[str, NDArray[Any]],
+    current: Mapping[str, NDArray[Any]],
+    column: str,
+    word: str,
+) -> str | None:
+    if column in reference and column in current:
+        before, after = _single(reference[column]), _single(current[column])
+        if before != after:
+            return f"not comparable: the {word} changed ({before[:12]} -> {after[:12]})"
     return None
 
 
