@@ -10,15 +10,17 @@ dictionary gives one score per key (``scorer.key``). Inspect is imported only he
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from evalsentry.harnesses.run import HarnessLogInvalid, HarnessRun, content_hash
 
 HARNESS = "inspect"
 #: The log format versions this reader knows (``version`` of an Inspect log).
 SUPPORTED_VERSIONS = (2,)
+_VERSION = re.compile(r"\bversion (\d+)\b", re.IGNORECASE)
 _FIX = "re-run the task with inspect_ai and import its log"
 
 
@@ -41,14 +43,14 @@ def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
             path, "", "no such log", "give the path of an Inspect log"
         ) from None
     except Exception as exc:  # noqa: BLE001 - Inspect's reader raises many kinds; one line says why
+        version = _VERSION.search(" ".join(map(str, _chain(exc))))
+        if version:  # Inspect's reader refuses formats it does not know, before we could
+            _unsupported(path, int(version[1]))
         raise HarnessLogInvalid(
             path, "", f"not an Inspect log Inspect can read ({_first(exc)})", _FIX
         ) from None
     if header.version not in SUPPORTED_VERSIONS:
-        raise HarnessLogInvalid(
-            path, "version", f"log format version {header.version}, this evalsentry reads {SUPPORTED_VERSIONS[0]}",
-            "re-run it with an inspect_ai that writes format 2 (0.3.x)",
-        )  # fmt: skip
+        _unsupported(path, header.version)
     if header.status != "success":
         raise HarnessLogInvalid(
             path, "status", f"the run ended {header.status!r}, not 'success'", _FIX
@@ -118,6 +120,13 @@ def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
     )  # fmt: skip
 
 
+def _unsupported(path: str, version: int) -> NoReturn:
+    raise HarnessLogInvalid(
+        path, "version", f"log format version {version}, this evalsentry reads {SUPPORTED_VERSIONS[0]}",
+        "re-run it with an inspect_ai that writes format 2 (0.3.x)",
+    )  # fmt: skip
+
+
 def _values(path: str, where: str, scores: Mapping[str, Any] | None) -> dict[str, float]:
     """A sample's scores as numbers, by Inspect's ``value_to_float``."""
     from inspect_ai.scorer import value_to_float
@@ -162,6 +171,14 @@ def _when(stamp: str | None) -> datetime | None:
         return datetime.fromisoformat(stamp) if stamp else None
     except ValueError:
         return None
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and those it was raised from (Inspect wraps the reason)."""
+    found = [exc]
+    while (cause := found[-1].__cause__ or found[-1].__context__) and len(found) < 10:
+        found.append(cause)
+    return found
 
 
 def _first(exc: BaseException) -> str:

@@ -148,3 +148,98 @@ class TestInspect:
         lineage = json.loads(row["config_json"])
         assert lineage["harness"] == "inspect" and lineage["packages"]["inspect_ai"] == "0.3.285"
         assert lineage["model"] == "mockllm/model" and lineage["epochs"] == 2
+
+
+def lm_copy(logs: Path, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A copy of the good lm-eval run: its folder, results file and samples file."""
+    folder = tmp_path / "run"
+    shutil.copytree(lm_folder(logs, "good"), folder)
+    return folder, next(folder.rglob("results_*.json")), next(folder.rglob("samples_*.jsonl"))
+
+
+def truncate_a_line(samples: Path) -> str:
+    lines = samples.read_text().splitlines()
+    lines[2] = lines[2][: len(lines[2]) // 2]
+    samples.write_text("\n".join(lines) + "\n")
+    return "line 3"
+
+
+def drop_a_doc_hash(samples: Path) -> str:
+    lines = samples.read_text().splitlines()
+    row = json.loads(lines[4])
+    del row["doc_hash"]
+    lines[4] = json.dumps(row)
+    samples.write_text("\n".join(lines) + "\n")
+    return "line 5: doc_hash"
+
+
+def add_a_filter(samples: Path) -> str:
+    lines = samples.read_text().splitlines()
+    again = [json.dumps({**json.loads(line), "filter": "take_first"}) for line in lines]
+    samples.write_text("\n".join(lines + again) + "\n")
+    return "filter"
+
+
+class TestBadInput:
+    @pytest.mark.parametrize(
+        ("damage", "words"),
+        [
+            (truncate_a_line, "not valid JSON"),
+            (drop_a_doc_hash, "missing"),
+            (add_a_filter, "2 filters (none, take_first); choose one with --filter"),
+        ],
+    )
+    def test_a_damaged_samples_file_is_one_line_exit_2_nothing_recorded(
+        self,
+        harness_logs: Path,
+        project: Path,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+        damage: object,
+        words: str,
+    ) -> None:
+        """Truncated JSON, a missing doc_hash, two filters unchosen: the file, field and fix."""
+        folder, _, samples = lm_copy(harness_logs, tmp_path)
+        field = damage(samples)  # type: ignore[operator]
+        code, _, err = import_lm(capsys, project, str(folder), "2026-W40")
+        assert code == 2
+        assert err.count("\n") == 1 and f"{samples}: {field}: " in err and words in err
+        assert "nothing was recorded" in err
+        assert history(project).evaluations().empty
+
+    def test_two_filters_import_once_one_is_chosen(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--filter picks the rows of one filter: 40 examples, not 80."""
+        folder, _, samples = lm_copy(harness_logs, tmp_path)
+        add_a_filter(samples)
+        code, out, _ = import_lm(capsys, project, str(folder), "2026-W40", "--filter", "take_first")
+        assert code == 0 and "40 examples" in out
+
+    def test_an_lm_eval_log_of_another_format_version_is_refused(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Results written by lm-eval 0.3 are refused naming lm_eval_version."""
+        folder, results, _ = lm_copy(harness_logs, tmp_path)
+        results.write_text(results.read_text().replace('"0.4.13"', '"0.3.0"'))
+        code, _, err = import_lm(capsys, project, str(folder), "2026-W40")
+        assert code == 2 and err.count("\n") == 1
+        assert f"{results}: lm_eval_version: written by lm-evaluation-harness 0.3.0" in err
+        assert history(project).evaluations().empty
+
+    def test_an_inspect_log_of_another_format_version_is_refused(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A real Inspect log rewritten as JSON with format version 3 is refused naming version."""
+        from inspect_ai.log import read_eval_log, write_eval_log
+
+        log = read_eval_log(inspect_log(harness_logs, "good"))
+        path = tmp_path / "log.json"
+        write_eval_log(log, str(path), format="json")
+        document = json.loads(path.read_text())
+        assert document["version"] == 2
+        path.write_text(json.dumps({**document, "version": 3}))
+        code, _, err = import_inspect(capsys, project, str(path), "2026-W40")
+        assert code == 2 and err.count("\n") == 1
+        assert f"{path}: version: log format version 3" in err
+        assert history(project).evaluations().empty
