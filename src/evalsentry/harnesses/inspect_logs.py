@@ -34,51 +34,8 @@ def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
     Raises:
         HarnessLogInvalid: the log cannot be imported (says what, and the fix).
     """
-    from inspect_ai.log import read_eval_log, read_eval_log_samples
-
-    try:
-        header = read_eval_log(path, header_only=True)
-    except FileNotFoundError:
-        raise HarnessLogInvalid(
-            path, "", "no such log", "give the path of an Inspect log"
-        ) from None
-    except Exception as exc:  # noqa: BLE001 - Inspect's reader raises many kinds; one line says why
-        version = _VERSION.search(" ".join(map(str, _chain(exc))))
-        if version:  # Inspect's reader refuses formats it does not know, before we could
-            _unsupported(path, int(version[1]))
-        raise HarnessLogInvalid(
-            path, "", f"not an Inspect log Inspect can read ({_first(exc)})", _FIX
-        ) from None
-    if header.version not in SUPPORTED_VERSIONS:
-        _unsupported(path, header.version)
-    if header.status != "success":
-        raise HarnessLogInvalid(
-            path, "status", f"the run ended {header.status!r}, not 'success'", _FIX
-        )
-    ids: list[str] = []
-    prompts: list[str] = []
-    targets: list[str] = []
-    clusters: list[str] = []
-    scores: dict[str, list[float]] = {}
-    try:
-        samples = list(read_eval_log_samples(path, all_samples_required=True))
-    except Exception as exc:  # noqa: BLE001 - as above
-        raise HarnessLogInvalid(path, "samples", f"unreadable ({_first(exc)})", _FIX) from None
-    for sample in samples:
-        where = f"samples[{sample.id} epoch {sample.epoch}]"
-        values = _values(path, where, sample.scores)
-        if ids and set(values) != set(scores):
-            raise HarnessLogInvalid(path, f"{where}.scores", f"scores {sorted(values)}, other samples {sorted(scores)}", _FIX)  # fmt: skip
-        for key, value in values.items():
-            scores.setdefault(key, []).append(value)
-        ids.append(str(sample.id))
-        prompts.append(content_hash(_plain(sample.input)))
-        targets.append(content_hash(_plain(sample.target)))
-        if cluster is not None:
-            metadata = sample.metadata or {}
-            if cluster not in metadata:
-                raise HarnessLogInvalid(path, f"{where}.metadata.{cluster}", "missing (the cluster key)", "name a key every sample's metadata has with --cluster")  # fmt: skip
-            clusters.append(str(metadata[cluster]))
+    header = _header(path)
+    ids, prompts, targets, clusters, scores = _samples(path, cluster)
     if not ids:
         raise HarnessLogInvalid(
             path, "samples", "the log holds no sample", "run it with log_samples on"
@@ -118,6 +75,65 @@ def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
         output_tokens=sum(u.output_tokens for u in usage.values()) if usage else None,
         money=_money(usage),
     )  # fmt: skip
+
+
+def _header(path: str) -> Any:
+    """The log's header (Inspect's ``EvalLog`` without samples), once its format is known."""
+    from inspect_ai.log import read_eval_log
+
+    try:
+        header = read_eval_log(path, header_only=True)
+    except FileNotFoundError:
+        raise HarnessLogInvalid(
+            path, "", "no such log", "give the path of an Inspect log"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - Inspect's reader raises many kinds; one line says why
+        version = _VERSION.search(" ".join(map(str, _chain(exc))))
+        if version:  # Inspect's reader refuses formats it does not know, before we could
+            _unsupported(path, int(version[1]))
+        raise HarnessLogInvalid(
+            path, "", f"not an Inspect log Inspect can read ({_first(exc)})", _FIX
+        ) from None
+    if header.version not in SUPPORTED_VERSIONS:
+        _unsupported(path, header.version)
+    if header.status != "success":
+        raise HarnessLogInvalid(
+            path, "status", f"the run ended {header.status!r}, not 'success'", _FIX
+        )
+    return header
+
+
+def _samples(
+    path: str, cluster: str | None
+) -> tuple[list[str], list[str], list[str], list[str], dict[str, list[float]]]:
+    """Each sample's id, prompt and target hashes, cluster, and scores, epoch by epoch."""
+    from inspect_ai.log import read_eval_log_samples
+
+    ids: list[str] = []
+    prompts: list[str] = []
+    targets: list[str] = []
+    clusters: list[str] = []
+    scores: dict[str, list[float]] = {}
+    try:
+        samples = list(read_eval_log_samples(path, all_samples_required=True))
+    except Exception as exc:  # noqa: BLE001 - as above
+        raise HarnessLogInvalid(path, "samples", f"unreadable ({_first(exc)})", _FIX) from None
+    for sample in samples:
+        where = f"samples[{sample.id} epoch {sample.epoch}]"
+        values = _values(path, where, sample.scores)
+        if ids and set(values) != set(scores):
+            raise HarnessLogInvalid(path, f"{where}.scores", f"scores {sorted(values)}, other samples {sorted(scores)}", _FIX)  # fmt: skip
+        for key, value in values.items():
+            scores.setdefault(key, []).append(value)
+        ids.append(str(sample.id))
+        prompts.append(content_hash(_plain(sample.input)))
+        targets.append(content_hash(_plain(sample.target)))
+        if cluster is not None:
+            metadata = sample.metadata or {}
+            if cluster not in metadata:
+                raise HarnessLogInvalid(path, f"{where}.metadata.{cluster}", "missing (the cluster key)", "name a key every sample's metadata has with --cluster")  # fmt: skip
+            clusters.append(str(metadata[cluster]))
+    return ids, prompts, targets, clusters, scores
 
 
 def _unsupported(path: str, version: int) -> NoReturn:

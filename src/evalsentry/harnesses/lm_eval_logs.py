@@ -52,15 +52,7 @@ def read_lm_eval(
     """
     results_path = _results_file(Path(folder))
     results = _json(results_path)
-    version = str(results.get("lm_eval_version") or "")
-    if not SUPPORTED.match(version):
-        raise HarnessLogInvalid(
-            results_path,
-            "lm_eval_version",
-            f"written by lm-evaluation-harness {version or '(no version recorded)'}, this "
-            "evalsentry reads the logs of 0.4.x",
-            "run the evaluation with lm-eval 0.4",
-        )
+    version = _version(results_path, results)
     task = _task(results_path, results, task)
     samples_path = _samples_file(results_path, task)
     rows = _rows(samples_path)
@@ -87,14 +79,7 @@ def read_lm_eval(
         scores={key: [float(r[key]) for _, r in rows] for key in keys},
         model=str(config.get("model") or results.get("model_name") or "model"),
         model_identity=model_identity,
-        lineage={
-            "filter": rows[0][1].get("filter"),
-            "seeds": {k: config.get(k) for k in ("random_seed", "numpy_seed", "torch_seed", "fewshot_seed")},
-            "task_hashes": results.get("task_hashes"),
-            "n_shot": (results.get("n-shot") or {}).get(task),
-            "transformers_version": results.get("transformers_version"),
-            "git_hash": results.get("git_hash"),
-        },
+        lineage=_lineage(results, config, task, rows[0][1]),
         clusters=[_cluster(samples_path, i, r, cluster) for i, r in rows] if cluster else None,
         git_sha=git if _HEX.match(git) else None,
         seed=_int(config.get("random_seed")),
@@ -102,6 +87,35 @@ def read_lm_eval(
         finished_at=finished,
         wall_s=seconds,
     )  # fmt: skip
+
+
+def _version(path: Path, results: Mapping[str, Any]) -> str:
+    """The lm-eval version that wrote the run, once this reader knows its files."""
+    version = str(results.get("lm_eval_version") or "")
+    if not SUPPORTED.match(version):
+        raise HarnessLogInvalid(
+            path,
+            "lm_eval_version",
+            f"written by lm-evaluation-harness {version or '(no version recorded)'}, this "
+            "evalsentry reads the logs of 0.4.x",
+            "run the evaluation with lm-eval 0.4",
+        )
+    return version
+
+
+def _lineage(
+    results: Mapping[str, Any], config: Mapping[str, Any], task: str, first: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What the run says about itself besides the model: filter, seeds, hashes, versions."""
+    seeds = ("random_seed", "numpy_seed", "torch_seed", "fewshot_seed")
+    return {
+        "filter": first.get("filter"),
+        "seeds": {k: config.get(k) for k in seeds},
+        "task_hashes": results.get("task_hashes"),
+        "n_shot": (results.get("n-shot") or {}).get(task),
+        "transformers_version": results.get("transformers_version"),
+        "git_hash": results.get("git_hash"),
+    }
 
 
 def _results_file(folder: Path) -> Path:

@@ -166,8 +166,7 @@ def harness_outcome(
 ) -> Outcome:
     """The run as one week's evaluation of ``model`` on ``evalset``: rows for the history."""
     from evalsentry.evaluation.pipeline import Outcome
-    from evalsentry.gate.metrics import compute_metrics, get_metric
-    from evalsentry.gate.slices import OVERALL
+    from evalsentry.gate.metrics import compute_metrics
 
     columns = per_example(run)
     n = int(columns["example_id"].size)
@@ -210,10 +209,18 @@ def harness_outcome(
         num_classes=None,
         n_resamples=config.gate.bootstrap_resamples,
     )
-    metrics = [
+    return Outcome(row, _metric_rows(row, values), columns)
+
+
+def _metric_rows(row: Mapping[str, Any], values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The metric rows of the evaluation ``row``: one per score, overall."""
+    from evalsentry.gate.metrics import get_metric
+    from evalsentry.gate.slices import OVERALL
+
+    return [
         {
             "evaluation_id": row["evaluation_id"],
-            "week": week,
+            "week": row["week"],
             "model": row["model"],
             "evalset": row["evalset"],
             "metric": name,
@@ -226,7 +233,6 @@ def harness_outcome(
         }
         for name, value in values.items()
     ]
-    return Outcome(row, metrics, columns)
 
 
 def _lineage(run: HarnessRun) -> dict[str, Any]:

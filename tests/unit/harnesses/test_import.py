@@ -125,12 +125,16 @@ class TestInspect:
     ) -> None:
         """Two real Inspect runs of one model pass; a version right on half the sums fails."""
         for version, week in (("good", "2026-W40"), ("same", "2026-W41")):
-            code, out, err = import_inspect(capsys, project, inspect_log(harness_logs, version), week)
+            code, out, err = import_inspect(
+                capsys, project, inspect_log(harness_logs, version), week
+            )
             assert code == 0, err
             assert "30 examples, score:match 1.0000" in out
         code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
         assert code == 0 and "PASS" in out
-        assert import_inspect(capsys, project, inspect_log(harness_logs, "worse"), "2026-W42")[0] == 0
+        assert (
+            import_inspect(capsys, project, inspect_log(harness_logs, "worse"), "2026-W42")[0] == 0
+        )
         code, out, _ = run(capsys, "gate", "--week", "2026-W42", "--config", str(project))
         assert code == 1 and "FAIL" in out and "score:match" in out
 
@@ -138,7 +142,9 @@ class TestInspect:
         self, harness_logs: Path, project: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """Two epochs of 30 samples are 30 examples of 2 repeats; tokens come from model_usage."""
-        assert import_inspect(capsys, project, inspect_log(harness_logs, "good"), "2026-W40")[0] == 0
+        assert (
+            import_inspect(capsys, project, inspect_log(harness_logs, "good"), "2026-W40")[0] == 0
+        )
         row = history(project).evaluations().iloc[0]
         predictions = history(project).predictions(row["evaluation_id"])
         assert predictions is not None

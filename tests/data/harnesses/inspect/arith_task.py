@@ -24,5 +24,6 @@ def _sample(record: dict[str, object]) -> Sample:
 def arith() -> Task:
     """Sums, scored by Inspect's match()."""
     data = Path(__file__).with_name("arith.jsonl")
-    return Task(dataset=json_dataset(str(data), _sample), solver=generate(), scorer=match(), version=1)
-
+    return Task(
+        dataset=json_dataset(str(data), _sample), solver=generate(), scorer=match(), version=1
+    )
