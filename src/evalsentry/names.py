@@ -28,6 +28,9 @@ RUN_KINDS: tuple[RunKind, ...] = (WEEKLY_RUN, CANDIDATE_CHECK)
 #: The ``metric`` of a paired-timing verdict (a new production checkpoint against last week's):
 #: stored with the gate's comparisons, and part of the week's verdict from then on.
 TIMING_METRIC: Final = "microseconds_per_example"
+#: The metric names of a harness's per-example scores (``score:acc``): each is the mean of the
+#: predictions column of the same name (``evalsentry.harnesses``), higher is better.
+SCORE_PREFIX: Final = "score:"
 #: The ``evalset`` of a history row about a whole model line that ran on no evalset (one bound
 #: to none while the project has several): recorded, so the week's ERROR is in the history.
 NO_EVALSET: Final = "*"

@@ -118,6 +118,7 @@ LAYERS = (
     "history",
     "gate",
     "evaluation",
+    "harnesses",  # imported harness results: recorded through evaluation's pipeline
     "reports",
     "cli",
 )

@@ -35,7 +35,14 @@ def __getattr__(name: str) -> typer.Typer:
 
 def _typer_app() -> typer.Typer:
     """The Typer application with every command registered."""
-    from evalsentry.cli import evalsets, project, registry, results, runs  # noqa: F401 (commands)
+    from evalsentry.cli import (  # noqa: F401 (commands)
+        evalsets,
+        imports,
+        project,
+        registry,
+        results,
+        runs,
+    )
     from evalsentry.cli._app import app
 
     return app

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from evalsentry.errors import ConfigError, did_you_mean
+from evalsentry.names import SCORE_PREFIX
 
 Task = Literal["classification", "regression"]
 PairedTest = Literal["mcnemar", "bootstrap"]
@@ -68,7 +69,6 @@ class Metric:
         task: Task family whose columns the metric reads.
         required_columns: Column names the metric needs.
         min_classes: Metric is only offered when ``num_classes >= min_classes``.
-
     """
 
     name: str
@@ -225,7 +225,6 @@ def top_k_accuracy(k: int) -> Metric:
 
     Returns:
         A McNemar-tested metric, offered only when ``num_classes > k``.
-
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -269,14 +268,16 @@ DEFAULT_METRICS: Mapping[Task, tuple[str, ...]] = {
 
 
 def get_metric(name: str) -> Metric:
-    """Looks up a registered metric; ``top<K>_accuracy`` works for any K >= 1.
+    """A registered metric; ``top<K>_accuracy`` for any K >= 1; ``score:<key>``, a harness's score.
 
     Raises:
         UnknownMetric: For an unknown name; the message suggests the closest one.
-
     """
     if name in METRICS:
         return METRICS[name]
+    if name.startswith(SCORE_PREFIX):  # the mean of the column so named (evalsentry.harnesses)
+        read = _mean_of(lambda c: _col(c, name, np.float64))
+        return Metric(name, True, "bootstrap", "classification", (name,), stats_fn=read, reduce_fn=_mean_reduce)  # fmt: skip
     match = _TOP_K_NAME.match(name)
     if match and int(match.group(1)) >= 1:
         return top_k_accuracy(int(match.group(1)))
@@ -384,7 +385,6 @@ def bootstrap_metric_values(
     Returns:
         ``(points, samples)``: the point values, shape ``(k,)``, and the resampled
         values, shape ``(n_resamples, k)``; all NaN when n == 0.
-
     """
     if n_resamples < 0:
         raise ValueError(f"n_resamples must be >= 0, got {n_resamples}")

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evalsentry.config import GatePolicy
+from evalsentry.errors import EvalsentryError
+from evalsentry.gate.content import content_change
 from evalsentry.gate.metrics import metric_names
 from evalsentry.gate.slices import OVERALL, slice_columns, slice_masks
 from evalsentry.gate.verdicts import Comparison, Reference, Verdict
@@ -136,7 +138,9 @@ def read_pairs(history: History, current: pd.Series, reference: pd.Series) -> Pa
     missing or the two hold different examples: paired tests need pairs.
     """
     if reference["evalset_sha256"] != current["evalset_sha256"]:
-        return "not comparable: the evalset changed (sha256 differs)"
+        return _content_change(history, current, reference) or (
+            "not comparable: the evalset changed (sha256 differs)"
+        )
     cur_cols = history.predictions(current["evaluation_id"])
     ref_cols = history.predictions(reference["evaluation_id"])
     if cur_cols is None or ref_cols is None:
@@ -147,6 +151,16 @@ def read_pairs(history: History, current: pd.Series, reference: pd.Series) -> Pa
     stored = history.metrics([current["evaluation_id"], reference["evaluation_id"]])
     values = {(r.evaluation_id, r.metric, r.slice): r.value for r in stored.itertuples()}
     return Pairs(aligned, cur_cols, values)
+
+
+def _content_change(history: History, current: pd.Series, reference: pd.Series) -> str | None:
+    """What content changed between two imported evaluations (see :mod:`.content`), if known."""
+    try:
+        cur_cols = history.predictions(current["evaluation_id"])
+        ref_cols = history.predictions(reference["evaluation_id"])
+    except EvalsentryError:  # unreadable: the evalset changed, which is all that can be said
+        return None
+    return content_change(ref_cols, cur_cols) if cur_cols and ref_cols else None
 
 
 def compare(

@@ -99,6 +99,9 @@ EVALUATIONS_SCHEMA = pa.schema(
         ("validation_json", pa.string()),
         # Schema 2: the ids of the rows this row's run found outdated (see the module's docstring).
         ("supersedes", pa.list_(pa.string())),
+        # Schema 2, with imported harness results: the tokens the harness recorded (else null).
+        ("input_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
     ]
 )
 

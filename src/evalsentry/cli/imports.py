@@ -1,0 +1,110 @@
+"""import lm-eval, import inspect: a harness's per-example results recorded as a week's result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from evalsentry.cli import ci
+from evalsentry.cli._app import ConfigOption, app
+
+if TYPE_CHECKING:
+    from evalsentry.harnesses.run import HarnessRun
+
+import_app = typer.Typer(
+    help="Record an evaluation harness's per-example results as a week's evaluation.",
+    no_args_is_help=True,
+)
+app.add_typer(import_app, name="import")
+
+ModelOption = Annotated[
+    str | None,
+    typer.Option(help="Model line to record it under (default: the harness's model name)."),
+]
+EvalsetOption = Annotated[
+    str | None, typer.Option(help="Evalset name (default: lm-eval.<task> or inspect.<task>).")
+]
+WeekOption = Annotated[
+    str | None, typer.Option(help="ISO week, e.g. 2026-W49 (default: this one).")
+]
+ClusterOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Field whose equal values group examples (a shared passage): clustered tests."
+    ),
+]
+AllowOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-harness-change",
+        help="Record it although the line's last result came from another harness version.",
+    ),
+]
+
+
+@import_app.command("lm-eval")
+def import_lm_eval(
+    folder: Annotated[Path, typer.Argument(help="The run's folder (lm_eval --output_path).")],
+    task: Annotated[str | None, typer.Option(help="The task, when the run has several.")] = None,
+    filter_name: Annotated[
+        str | None, typer.Option("--filter", help="The filter, when the task logs several.")
+    ] = None,
+    model: ModelOption = None,
+    evalset: EvalsetOption = None,
+    week: WeekOption = None,
+    cluster: ClusterOption = None,
+    allow_harness_change: AllowOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Import a run of lm-evaluation-harness (lm_eval --log_samples), paired by doc_hash."""
+    from evalsentry.harnesses.lm_eval_logs import read_lm_eval
+
+    run = read_lm_eval(folder, task=task, filter_name=filter_name, cluster=cluster)
+    _record(run, model, evalset, week, allow_harness_change, config)
+
+
+@import_app.command("inspect")
+def import_inspect(
+    path: Annotated[str, typer.Argument(help="The Inspect log (.eval or .json; any fsspec URL).")],
+    model: ModelOption = None,
+    evalset: EvalsetOption = None,
+    week: WeekOption = None,
+    cluster: ClusterOption = None,
+    allow_harness_change: AllowOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Import an Inspect log, paired by sample id; epochs are averaged per sample."""
+    from evalsentry.harnesses.inspect_logs import read_inspect
+
+    _record(read_inspect(path, cluster=cluster), model, evalset, week, allow_harness_change, config)
+
+
+def _record(
+    run: HarnessRun,
+    model: str | None,
+    evalset: str | None,
+    week: str | None,
+    allow: bool,
+    config: Path | None,
+) -> None:
+    from evalsentry.harnesses.run import record_import
+    from evalsentry.weeks import check_week, iso_week
+
+    settings, store = ci.project(config)
+    outcome = record_import(
+        store,
+        run,
+        config=settings,
+        model=model,
+        evalset=evalset,
+        week=check_week(week) if week else iso_week(),
+        allow_harness_change=allow,
+    )
+    row = outcome.evaluation
+    shown = ", ".join(f"{m['metric']} {m['value']:.4f}" for m in outcome.metrics if not m["slice"])
+    typer.echo(
+        f"recorded {row['model']} v{row['version']} on {row['evalset']} in {row['week']}: "
+        f"{row['n_examples']} examples, {shown} (from {run.harness} {run.harness_version})"
+    )

@@ -1,0 +1,261 @@
+"""Reading a run of lm-evaluation-harness from its folder (``lm_eval --log_samples``).
+
+The folder holds ``results_<timestamp>.json`` (the run's configuration, versions, task hashes)
+and one ``samples_<task>_<timestamp>.jsonl`` per task: a line per document, with its
+``doc_hash``, ``prompt_hash`` and ``target_hash`` and the value of each of the task's metrics
+under that metric's name. Examples are keyed by ``doc_hash``: ``doc_id`` is only the row's
+position. A task that logs several filters (``filter``) needs one chosen. Only
+lm-evaluation-harness 0.4 writes these files: another version is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from evalsentry.harnesses.run import HarnessLogInvalid, HarnessRun
+
+log = logging.getLogger(__name__)
+
+HARNESS = "lm-eval"
+#: The versions whose logs this reader knows (``lm_eval_version`` of the results file).
+SUPPORTED = re.compile(r"^0\.4\.\d+")
+_FIX_RERUN = "re-run `lm_eval ... --log_samples --output_path DIR` and import that folder"
+_HEX = re.compile(r"^[0-9a-f]{7,64}$")
+_MODEL_KEYS = ("model_name", "model_source", "model_revision", "model_sha", "model_dtype")
+
+
+def read_lm_eval(
+    folder: str | Path,
+    *,
+    task: str | None = None,
+    filter_name: str | None = None,
+    cluster: str | None = None,
+) -> HarnessRun:
+    """The run of one task in ``folder`` (searched recursively for one ``results_*.json``).
+
+    Args:
+        folder: What ``--output_path`` was given (or the model's folder inside it).
+        task: The task, when the run holds several.
+        filter_name: The filter (``filter`` of each sample), when the task logs several.
+        cluster: A field of each document whose equal values form one cluster.
+
+    Raises:
+        HarnessLogInvalid: the folder, a file or a line cannot be imported (says which, and
+            the fix); nothing is recorded.
+    """
+    results_path = _results_file(Path(folder))
+    results = _json(results_path)
+    version = _version(results_path, results)
+    task = _task(results_path, results, task)
+    samples_path = _samples_file(results_path, task)
+    rows = _rows(samples_path)
+    rows = _filtered(samples_path, rows, filter_name)
+    higher = results.get("higher_is_better", {}).get(task, {})
+    keys = _score_keys(samples_path, rows, higher)
+    config = results.get("config") or {}
+    model_identity = {k: results[k] for k in _MODEL_KEYS if results.get(k) not in (None, "")}
+    model_identity["model_args"] = config.get("model_args")
+    git = str(results.get("git_hash") or "")
+    seconds = _float(results.get("total_evaluation_time_seconds"))
+    date = _float(results.get("date"))
+    finished = datetime.fromtimestamp(date, UTC) if date is not None else None
+    return HarnessRun(
+        harness=HARNESS,
+        harness_version=version,
+        task=task,
+        task_hash=str((results.get("task_hashes") or {}).get(task) or ""),
+        task_version=_int(results.get("versions", {}).get(task)),
+        source=str(samples_path),
+        example_ids=[_field(samples_path, i, r, "doc_hash") for i, r in rows],
+        prompt_hashes=[_field(samples_path, i, r, "prompt_hash") for i, r in rows],
+        target_hashes=[_field(samples_path, i, r, "target_hash") for i, r in rows],
+        scores={key: [float(r[key]) for _, r in rows] for key in keys},
+        model=str(config.get("model") or results.get("model_name") or "model"),
+        model_identity=model_identity,
+        lineage=_lineage(results, config, task, rows[0][1]),
+        clusters=[_cluster(samples_path, i, r, cluster) for i, r in rows] if cluster else None,
+        git_sha=git if _HEX.match(git) else None,
+        seed=_int(config.get("random_seed")),
+        started_at=None,
+        finished_at=finished,
+        wall_s=seconds,
+    )  # fmt: skip
+
+
+def _version(path: Path, results: Mapping[str, Any]) -> str:
+    """The lm-eval version that wrote the run, once this reader knows its files."""
+    version = str(results.get("lm_eval_version") or "")
+    if not SUPPORTED.match(version):
+        raise HarnessLogInvalid(
+            path,
+            "lm_eval_version",
+            f"written by lm-evaluation-harness {version or '(no version recorded)'}, this "
+            "evalsentry reads the logs of 0.4.x",
+            "run the evaluation with lm-eval 0.4",
+        )
+    return version
+
+
+def _lineage(
+    results: Mapping[str, Any], config: Mapping[str, Any], task: str, first: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What the run says about itself besides the model: filter, seeds, hashes, versions."""
+    seeds = ("random_seed", "numpy_seed", "torch_seed", "fewshot_seed")
+    return {
+        "filter": first.get("filter"),
+        "seeds": {k: config.get(k) for k in seeds},
+        "task_hashes": results.get("task_hashes"),
+        "n_shot": (results.get("n-shot") or {}).get(task),
+        "transformers_version": results.get("transformers_version"),
+        "git_hash": results.get("git_hash"),
+    }
+
+
+def _results_file(folder: Path) -> Path:
+    if not folder.is_dir():
+        raise HarnessLogInvalid(folder, "", "not a folder", f"give the folder {_FIX_RERUN[7:]}")
+    found = sorted(folder.rglob("results_*.json"))
+    if len(found) != 1:
+        what = (
+            "no results_*.json"
+            if not found
+            else f"{len(found)} runs ({', '.join(p.name for p in found)})"
+        )
+        raise HarnessLogInvalid(
+            folder, "results_*.json", f"holds {what}", "give the folder of one run (lm_eval --output_path)"
+        )  # fmt: skip
+    return found[0]
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HarnessLogInvalid(path, "", f"unreadable ({exc})", _FIX_RERUN) from None
+    if not isinstance(data, dict):
+        raise HarnessLogInvalid(path, "", "not a JSON object", _FIX_RERUN)
+    return data
+
+
+def _task(path: Path, results: Mapping[str, Any], task: str | None) -> str:
+    tasks = sorted((results.get("configs") or {}).keys())
+    if task is not None and task not in tasks:
+        raise HarnessLogInvalid(
+            path,
+            "configs",
+            f"no task {task!r} (it has {', '.join(tasks)})",
+            "choose one of those with --task",
+        )
+    if task is None and len(tasks) != 1:
+        raise HarnessLogInvalid(
+            path, "configs", f"{len(tasks)} tasks ({', '.join(tasks)})", "choose one with --task"
+        )
+    return task or tasks[0]  # fmt: skip
+
+
+def _samples_file(results_path: Path, task: str) -> Path:
+    stamp = results_path.stem.removeprefix("results_")
+    path = results_path.with_name(f"samples_{task}_{stamp}.jsonl")
+    if not path.is_file():
+        raise HarnessLogInvalid(
+            results_path.parent, path.name, "missing: the run logged no samples of this task",
+            "re-run lm_eval with --log_samples",
+        )  # fmt: skip
+    return path
+
+
+def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise HarnessLogInvalid(
+                    path, f"line {number}", f"not valid JSON ({exc.msg}: truncated?)", _FIX_RERUN
+                ) from None
+            if not isinstance(row, dict):
+                raise HarnessLogInvalid(path, f"line {number}", "not a JSON object", _FIX_RERUN)
+            rows.append((number, row))
+    if not rows:
+        raise HarnessLogInvalid(path, "", "holds no sample", _FIX_RERUN)
+    return rows
+
+
+def _filtered(
+    path: Path, rows: list[tuple[int, dict[str, Any]]], filter_name: str | None
+) -> list[tuple[int, dict[str, Any]]]:
+    filters = sorted({str(r.get("filter")) for _, r in rows})
+    if filter_name is None and len(filters) > 1:
+        raise HarnessLogInvalid(
+            path, "filter", f"{len(filters)} filters ({', '.join(filters)})", "choose one with --filter"
+        )  # fmt: skip
+    if filter_name is not None and filter_name not in filters:
+        raise HarnessLogInvalid(
+            path, "filter", f"no filter {filter_name!r} (it has {', '.join(filters)})", "choose one of those with --filter"
+        )  # fmt: skip
+    chosen = filter_name or filters[0]
+    return [(i, r) for i, r in rows if str(r.get("filter")) == chosen]
+
+
+def _score_keys(
+    path: Path, rows: Sequence[tuple[int, dict[str, Any]]], higher: Mapping[str, Any]
+) -> list[str]:
+    """The metrics every sample scores with a number, higher being better."""
+    number, first = rows[0]
+    keys = []
+    for key in first.get("metrics") or []:
+        values = [r.get(key) for _, r in rows]
+        if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
+            log.info("%s: %s is not a number per sample (a corpus metric): not imported", path, key)
+            continue
+        if higher.get(key) is False:
+            log.warning("%s: %s is lower-is-better: not imported", path, key)
+            continue
+        keys.append(str(key))
+    if not keys:
+        raise HarnessLogInvalid(
+            path, f"line {number}: metrics", "no metric with a number per sample",
+            "give a task whose metrics score each sample (acc, exact_match, ...)",
+        )  # fmt: skip
+    return keys
+
+
+def _field(path: Path, number: int, row: Mapping[str, Any], name: str) -> str:
+    value = row.get(name)
+    if not isinstance(value, str) or not value:
+        raise HarnessLogInvalid(
+            path, f"line {number}: {name}", "missing",
+            "lm-eval writes it from 0.4.3 on: re-run with lm-eval 0.4 and --log_samples",
+        )  # fmt: skip
+    return value
+
+
+def _cluster(path: Path, number: int, row: Mapping[str, Any], name: str) -> str:
+    doc = row.get("doc")
+    doc = doc if isinstance(doc, dict) else {}
+    if name not in doc:
+        raise HarnessLogInvalid(path, f"line {number}: doc.{name}", "missing (the cluster key)", "name a field every document has with --cluster")  # fmt: skip
+    return str(doc[name])
+
+
+def _float(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _int(value: Any) -> int | None:
+    number = _float(value)
+    return int(number) if number is not None and number == int(number) else None

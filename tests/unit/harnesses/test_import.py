@@ -1,0 +1,251 @@
+"""evalsentry import lm-eval / inspect on real harness logs: recorded, paired, gated, refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evalsentry.cli import main
+from evalsentry.history.store import History
+
+LM_TASK = "lm-eval.evalsentry_arith"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The CLI's exit code, stdout and stderr."""
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def lm_folder(logs: Path, version: str) -> str:
+    return str(logs / "lm" / version)
+
+
+def inspect_log(logs: Path, version: str) -> str:
+    return str(next((logs / "inspect" / version).glob("*.eval")))
+
+
+def history(project: Path) -> History:
+    return History(str(project.parent / "store"))
+
+
+def import_lm(capsys: pytest.CaptureFixture[str], project: Path, folder: str, week: str, *extra: str) -> tuple[int, str, str]:  # fmt: skip
+    return run(capsys, "import", "lm-eval", folder, "--model", "sums", "--week", week, "--config", str(project), *extra)  # fmt: skip
+
+
+def import_inspect(capsys: pytest.CaptureFixture[str], project: Path, path: str, week: str, *extra: str) -> tuple[int, str, str]:  # fmt: skip
+    return run(capsys, "import", "inspect", path, "--model", "sums", "--week", week, "--config", str(project), *extra)  # fmt: skip
+
+
+class TestLmEval:
+    def test_a_degraded_version_fails_and_a_harmless_one_passes(
+        self, harness_logs: Path, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Two real runs of one model pass the gate; a version right on half the sums fails it."""
+        for version, week in (("good", "2026-W40"), ("same", "2026-W41")):
+            code, out, err = import_lm(capsys, project, lm_folder(harness_logs, version), week)
+            assert code == 0, err
+            assert f"on {LM_TASK} in {week}: 40 examples, score:acc 1.0000" in out
+        code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
+        assert code == 0 and "PASS" in out and "FAIL" not in out
+        code, out, _ = import_lm(capsys, project, lm_folder(harness_logs, "worse"), "2026-W42")
+        assert code == 0 and "score:acc 0.5" in out
+        code, out, _ = run(capsys, "gate", "--week", "2026-W42", "--config", str(project))
+        assert code == 1
+        assert "FAIL" in out and "score:acc" in out and "-18/+0" in out
+
+    def test_rows_pair_on_doc_hash_and_carry_the_runs_lineage(
+        self, harness_logs: Path, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Example ids are lm-eval's doc hashes; the row names the harness, task hash and seed."""
+        assert import_lm(capsys, project, lm_folder(harness_logs, "good"), "2026-W40")[0] == 0
+        store = history(project)
+        row = store.evaluations().iloc[0]
+        samples = next((harness_logs / "lm" / "good").rglob("samples_*.jsonl"))
+        hashes = sorted(json.loads(line)["doc_hash"] for line in samples.read_text().splitlines())
+        predictions = store.predictions(row["evaluation_id"])
+        assert predictions is not None
+        assert sorted(predictions["example_id"].tolist()) == hashes
+        lineage = json.loads(row["config_json"])
+        assert lineage["harness"] == "lm-eval" and lineage["harness_version"] == "0.4.13"
+        assert lineage["task_hash"] and lineage["model_args"] == {"skill": 1.0}
+        assert row["seed"] == 0 and row["stage"] == "production" and row["kind"] == "scheduled"
+        assert row["n_examples"] == 40 and row["wall_s"] > 0
+
+    def test_a_changed_prompt_is_not_comparable(
+        self, harness_logs: Path, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The same documents under another prompt template are an ERROR naming the prompt."""
+        assert import_lm(capsys, project, lm_folder(harness_logs, "good"), "2026-W40")[0] == 0
+        assert import_lm(capsys, project, lm_folder(harness_logs, "prompt"), "2026-W41")[0] == 0
+        code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
+        assert code == 2
+        assert "ERROR" in out and "not comparable: the prompt changed (40 of 40" in out
+        assert "PASS" not in out
+
+    def test_another_harness_version_is_refused_unless_allowed(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A run of lm-eval 0.4.12 after one of 0.4.13 is refused; --allow-harness-change records it."""
+        assert import_lm(capsys, project, lm_folder(harness_logs, "good"), "2026-W40")[0] == 0
+        older = tmp_path / "older"
+        shutil.copytree(lm_folder(harness_logs, "same"), older)
+        results = next(older.rglob("results_*.json"))
+        results.write_text(results.read_text().replace('"0.4.13"', '"0.4.12"'))
+        code, _, err = import_lm(capsys, project, str(older), "2026-W41")
+        assert code == 2 and "lm-eval 0.4.13" in err and "--allow-harness-change" in err
+        assert len(history(project).evaluations()) == 1
+        code, _, _ = import_lm(capsys, project, str(older), "2026-W41", "--allow-harness-change")
+        assert code == 0 and len(history(project).evaluations()) == 2
+
+    def test_the_html_report_lists_the_flipped_examples(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The week's report shows the degraded run's newly wrong documents by doc hash."""
+        import_lm(capsys, project, lm_folder(harness_logs, "good"), "2026-W40")
+        import_lm(capsys, project, lm_folder(harness_logs, "worse"), "2026-W41")
+        page = tmp_path / "report.html"
+        code, _, err = run(capsys, "report", "--week", "2026-W41", "--out", str(page), "--config", str(project))  # fmt: skip
+        assert code == 0, err
+        html = page.read_text()
+        predictions = history(project).predictions(history(project).evaluations(weeks=["2026-W41"]).iloc[0]["evaluation_id"])  # fmt: skip
+        assert predictions is not None
+        wrong = predictions["example_id"][predictions["prediction"] == 0]
+        assert len(wrong) == 18
+        assert "Flips against the previous week" in html and str(wrong[0])[:12] in html
+
+
+class TestInspect:
+    def test_a_degraded_version_fails_and_a_harmless_one_passes(
+        self, harness_logs: Path, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Two real Inspect runs of one model pass; a version right on half the sums fails."""
+        for version, week in (("good", "2026-W40"), ("same", "2026-W41")):
+            code, out, err = import_inspect(
+                capsys, project, inspect_log(harness_logs, version), week
+            )
+            assert code == 0, err
+            assert "30 examples, score:match 1.0000" in out
+        code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
+        assert code == 0 and "PASS" in out
+        assert (
+            import_inspect(capsys, project, inspect_log(harness_logs, "worse"), "2026-W42")[0] == 0
+        )
+        code, out, _ = run(capsys, "gate", "--week", "2026-W42", "--config", str(project))
+        assert code == 1 and "FAIL" in out and "score:match" in out
+
+    def test_epochs_are_averaged_and_usage_recorded(
+        self, harness_logs: Path, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Two epochs of 30 samples are 30 examples of 2 repeats; tokens come from model_usage."""
+        assert (
+            import_inspect(capsys, project, inspect_log(harness_logs, "good"), "2026-W40")[0] == 0
+        )
+        row = history(project).evaluations().iloc[0]
+        predictions = history(project).predictions(row["evaluation_id"])
+        assert predictions is not None
+        assert sorted(predictions["example_id"].tolist()) == [f"q{i:03d}" for i in range(30)]
+        assert set(predictions["repeats"].tolist()) == {2}
+        assert row["input_tokens"] == 14 * 60 and row["output_tokens"] == 2 * 60
+        lineage = json.loads(row["config_json"])
+        assert lineage["harness"] == "inspect" and lineage["packages"]["inspect_ai"] == "0.3.285"
+        assert lineage["model"] == "mockllm/model" and lineage["epochs"] == 2
+
+
+def lm_copy(logs: Path, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A copy of the good lm-eval run: its folder, results file and samples file."""
+    folder = tmp_path / "run"
+    shutil.copytree(lm_folder(logs, "good"), folder)
+    return folder, next(folder.rglob("results_*.json")), next(folder.rglob("samples_*.jsonl"))
+
+
+def truncate_a_line(samples: Path) -> str:
+    lines = samples.read_text().splitlines()
+    lines[2] = lines[2][: len(lines[2]) // 2]
+    samples.write_text("\n".join(lines) + "\n")
+    return "line 3"
+
+
+def drop_a_doc_hash(samples: Path) -> str:
+    lines = samples.read_text().splitlines()
+    row = json.loads(lines[4])
+    del row["doc_hash"]
+    lines[4] = json.dumps(row)
+    samples.write_text("\n".join(lines) + "\n")
+    return "line 5: doc_hash"
+
+
+def add_a_filter(samples: Path) -> str:
+    lines = samples.read_text().splitlines()
+    again = [json.dumps({**json.loads(line), "filter": "take_first"}) for line in lines]
+    samples.write_text("\n".join(lines + again) + "\n")
+    return "filter"
+
+
+class TestBadInput:
+    @pytest.mark.parametrize(
+        ("damage", "words"),
+        [
+            (truncate_a_line, "not valid JSON"),
+            (drop_a_doc_hash, "missing"),
+            (add_a_filter, "2 filters (none, take_first); choose one with --filter"),
+        ],
+    )
+    def test_a_damaged_samples_file_is_one_line_exit_2_nothing_recorded(
+        self,
+        harness_logs: Path,
+        project: Path,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+        damage: object,
+        words: str,
+    ) -> None:
+        """Truncated JSON, a missing doc_hash, two filters unchosen: the file, field and fix."""
+        folder, _, samples = lm_copy(harness_logs, tmp_path)
+        field = damage(samples)  # type: ignore[operator]
+        code, _, err = import_lm(capsys, project, str(folder), "2026-W40")
+        assert code == 2
+        assert err.count("\n") == 1 and f"{samples}: {field}: " in err and words in err
+        assert "nothing was recorded" in err
+        assert history(project).evaluations().empty
+
+    def test_two_filters_import_once_one_is_chosen(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--filter picks the rows of one filter: 40 examples, not 80."""
+        folder, _, samples = lm_copy(harness_logs, tmp_path)
+        add_a_filter(samples)
+        code, out, _ = import_lm(capsys, project, str(folder), "2026-W40", "--filter", "take_first")
+        assert code == 0 and "40 examples" in out
+
+    def test_an_lm_eval_log_of_another_format_version_is_refused(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Results written by lm-eval 0.3 are refused naming lm_eval_version."""
+        folder, results, _ = lm_copy(harness_logs, tmp_path)
+        results.write_text(results.read_text().replace('"0.4.13"', '"0.3.0"'))
+        code, _, err = import_lm(capsys, project, str(folder), "2026-W40")
+        assert code == 2 and err.count("\n") == 1
+        assert f"{results}: lm_eval_version: written by lm-evaluation-harness 0.3.0" in err
+        assert history(project).evaluations().empty
+
+    def test_an_inspect_log_of_another_format_version_is_refused(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A real Inspect log rewritten as JSON with format version 3 is refused naming version."""
+        from inspect_ai.log import read_eval_log, write_eval_log
+
+        log = read_eval_log(inspect_log(harness_logs, "good"))
+        path = tmp_path / "log.json"
+        write_eval_log(log, str(path), format="json")
+        document = json.loads(path.read_text())
+        assert document["version"] == 2
+        path.write_text(json.dumps({**document, "version": 3}))
+        code, _, err = import_inspect(capsys, project, str(path), "2026-W40")
+        assert code == 2 and err.count("\n") == 1
+        assert f"{path}: version: log format version 3" in err
+        assert history(project).evaluations().empty
