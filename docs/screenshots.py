@@ -2,7 +2,8 @@
 
 `make screenshots` starts a Prefect server with its UI on a free port, runs `evalsentry demo`
 against it, and photographs, in headless Chromium at 1280 pixels wide, the failed week's run
-(its state message), the head of its logs and its report artifact, as docs/ui-*.png.
+(its state message), the head of its logs and its report artifact, and the week before it that
+completed (its state message), as docs/ui-*.png.
 """
 
 from __future__ import annotations
@@ -48,6 +49,19 @@ ARTIFACT_BOTTOM = """(() => {
   const end = [...document.querySelectorAll('p')].find(p => p.innerText.startsWith('Gate details'));
   return tables.length && end ? end.getBoundingClientRect().bottom : null;
 })()"""
+
+
+def completed_week(env: Mapping[str, str]) -> str:
+    """The flow run id of the demo's last week that completed (its second: the gate passed)."""
+    runs = api(
+        env,
+        "POST",
+        "/flow_runs/filter",
+        {"flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}}}, "sort": "START_TIME_DESC"},
+    )
+    if not isinstance(runs, list) or not runs:
+        raise RuntimeError("the demo should complete two weeks; none completed")
+    return str(runs[0]["id"])
 
 
 def failed_week(env: Mapping[str, str], folder: Path) -> tuple[str, str]:
@@ -105,7 +119,7 @@ def shoot(page: Page, url: str, bottom: str, name: str, top: str = "") -> Path:
 
 
 def main() -> None:
-    """Write docs/ui-run.png, docs/ui-logs.png and docs/ui-artifact.png."""
+    """Write docs/ui-run.png, ui-logs.png, ui-artifact.png and ui-run-completed.png."""
     with (
         tempfile.TemporaryDirectory(prefix="screenshots-") as folder,
         prefect_server(Path(folder), deploy=False) as env,
@@ -127,6 +141,13 @@ def main() -> None:
                 TABS_TOP,
             )
             shoot(page, f"{ui}/v2/artifacts/artifact/{artifact}", ARTIFACT_BOTTOM, "ui-artifact")
+            shoot(
+                page,
+                f"{ui}/v2/runs/flow-run/{completed_week(env)}?tab=Details",
+                BOTTOM_AFTER % "State Message",
+                "ui-run-completed",
+                TABS_TOP,
+            )
 
 
 if __name__ == "__main__":
