@@ -66,6 +66,9 @@ def _fill(history: History, metric_rows: int) -> None:
             "evaluation_id": np.repeat(ids, ROWS_PER_EVALUATION),
             "week": np.repeat(weeks, ROWS_PER_EVALUATION),
             "model": np.repeat(models, ROWS_PER_EVALUATION),
+            "version": np.ones(n, np.int64),  # schema 2: each metric row names its owner
+            "stage": ["production"] * n,
+            "kind": ["scheduled"] * n,
             "evalset": ["toy"] * n,
             "metric": np.tile([f"m{i}" for i in range(ROWS_PER_EVALUATION)], count),
             "slice": [""] * n,
