@@ -37,7 +37,7 @@ def validate_evalset(
     Raises:
         EvalsetTampered: a file changed since freeze (checked first: no GX run on bad bytes).
     """
-    from evalsentry.evalsets.validation import run_suite, validation_frame
+    from evalsentry.evalsets.validation import list_columns, run_suite, validation_frame
 
     folder = evalset_folder(name_or_path, evalsets_dir)
     spec = read_spec(folder)
@@ -49,7 +49,7 @@ def validate_evalset(
             gap,
             spec.name,
         )
-    frame = validation_frame(read_table(folder, spec), spec.inputs.column)
+    frame = validation_frame(read_table(folder, spec), list_columns(spec))
     return run_suite(frame, read_suite(folder), join(str(folder), SUITE))
 
 

@@ -28,9 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import threading
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -45,12 +43,19 @@ from pydantic import (
     Field,
     ValidationError,
     field_validator,
-    model_validator,
 )
 
 from evalsentry.documents import config_error
 from evalsentry.errors import EvalsetError, EvalsetTampered, did_you_mean
 from evalsentry.evalsets.identity import check_fields, evalset_identity
+from evalsentry.evalsets.inputs import (
+    InputsSpec,
+    TokenInputs,
+    inputs_array,
+    shared_tensor,
+    token_inputs,
+)
+from evalsentry.evalsets.targets import targets_array
 from evalsentry.evalsets.validation import SUITE_FIX, SuiteDocument
 from evalsentry.names import check_name
 from evalsentry.storage import filesystem, join, sha256_file
@@ -65,42 +70,14 @@ MANIFEST, SUITE, DATA_DIR = "evalset.yaml", "expectations.json", "data"
 DATA_FILE = "part-000.parquet"
 
 
-class InputsSpec(BaseModel):
-    """Model inputs: numeric feature ``columns``, or one fixed-size list ``column`` + ``shape``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    columns: list[str] | None = None
-    column: str | None = None
-    shape: list[int] | None = None
-    dtype: Literal["float32", "float64", "float16"] = "float32"
-
-    @model_validator(mode="after")
-    def _one_form(self) -> InputsSpec:
-        if (self.columns is None) == (self.column is None):
-            raise ValueError("give either 'columns' (feature columns) or 'column' with 'shape'")
-        if self.column is not None and (not self.shape or any(d < 1 for d in self.shape)):
-            raise ValueError("a tensor 'column' needs a 'shape' of positive sizes, e.g. [1, 8, 8]")
-        return self
-
-    @property
-    def size(self) -> int:
-        """Values per example."""
-        return math.prod(self.shape) if self.shape else len(self.columns or [])
-
-    @property
-    def example_shape(self) -> tuple[int, ...]:
-        """Shape of one example's input tensor."""
-        return tuple(self.shape) if self.shape else (len(self.columns or []),)
-
-    def contract(self) -> str:
-        """What a model receives, in one line: ``float32 [N, 30] (30 feature columns)``."""
-        dims = ", ".join(["N", *map(str, self.example_shape)])
-        if self.column is not None:
-            what = f"list column {self.column!r} reshaped to {list(self.example_shape)}"
-        else:
-            count = len(self.columns or [])
-            what = f"{count} feature column{'s' if count != 1 else ''}"
-        return f"{self.dtype} [{dims}] ({what})"
+Task = Literal["classification", "regression", "multilabel", "language_modeling", "multiple_choice"]
+TASKS: tuple[Task, ...] = (
+    "classification",
+    "regression",
+    "multilabel",
+    "language_modeling",
+    "multiple_choice",
+)
 
 
 class DataFile(BaseModel):
@@ -112,23 +89,6 @@ class DataFile(BaseModel):
     size: int = Field(ge=0)
 
 
-def shared_tensor(array: np.ndarray) -> torch.Tensor:
-    """A tensor sharing ``array``'s memory (zero-copy), without torch's not-writable warning.
-
-    Arrow's buffers are read-only, and so is an array unpickled in the evaluation child (a live
-    sample sent to it): torch warns on every such wrap, once per process, and each weekly run's
-    child is a new process. The tensor is never written: inference gives each forward a copy of
-    its batch.
-    """
-    import torch
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore", message="The given NumPy array is not writable", category=UserWarning
-        )
-        return torch.from_numpy(array)
-
-
 class EvalsetSpec(BaseModel):
     """``evalset.yaml``."""
 
@@ -138,7 +98,7 @@ class EvalsetSpec(BaseModel):
     description: str = ""
     provenance: str = ""
     license: str = ""
-    task: Literal["classification", "regression"]
+    task: Task
     id_column: str
     target: str
     inputs: InputsSpec
@@ -149,6 +109,9 @@ class EvalsetSpec(BaseModel):
     #: freeze for models ending in a softmax; output that looks like probabilities where logits
     #: are expected is the model's ERROR, so nll and ECE are never silently wrong.
     outputs: Literal["logits", "probabilities"] = "logits"
+    #: Multiple choice: a continuation's score is the ``sum`` of its tokens' log-probabilities,
+    #: or their ``mean`` (length-normalised). Stated at freeze (None elsewhere).
+    scoring: Literal["sum", "mean"] | None = None
     num_rows: int = Field(ge=0)
     schema_: dict[str, str] = Field(alias="schema")
     files: list[DataFile]
@@ -181,6 +144,8 @@ class EvalsetSpec(BaseModel):
         }
         if self.outputs != "logits":
             fields["outputs"] = self.outputs
+        if self.scoring is not None:
+            fields["scoring"] = self.scoring
         return fields
 
     def identity(self) -> str:
@@ -203,7 +168,7 @@ class Evalset:
 
     spec: EvalsetSpec
     folder: str
-    inputs: np.ndarray
+    inputs: np.ndarray | TokenInputs
     targets: np.ndarray
     ids: np.ndarray
     slices: dict[str, np.ndarray]
@@ -214,7 +179,15 @@ class Evalset:
         Never handed to a model as they are: inference gives each forward a copy of its batch
         (a model may write its input), so these stay the frozen values.
         """
+        if isinstance(self.inputs, TokenInputs):
+            raise TypeError(f"evalset {self.spec.name!r} holds token sequences, not one tensor")
         return shared_tensor(self.inputs), shared_tensor(self.targets)
+
+    def token_inputs(self) -> TokenInputs:
+        """A token evalset's sequences (``TypeError`` for one of fixed tensors)."""
+        if not isinstance(self.inputs, TokenInputs):
+            raise TypeError(f"evalset {self.spec.name!r} holds fixed tensors, not token sequences")
+        return self.inputs
 
     @property
     def sha256(self) -> str:
@@ -446,38 +419,13 @@ def load_evalset(
     if verify:
         verify_files(folder, spec)
     table = read_table(folder, spec)
-    inputs = inputs_array(table, spec.inputs, join(folder, MANIFEST))
-    target = table.column(spec.target).to_numpy()
-    if spec.task == "classification":
-        index: dict[Any, int] = {c: i for i, c in enumerate(spec.classes or [])}
-        labels = target.tolist()
-        unknown = sorted({str(v) for v in labels if v not in index})
-        if unknown:
-            raise EvalsetError(
-                f"{join(folder, MANIFEST)}: classes: labels {', '.join(unknown[:5])} in the data "
-                "are not among the classes; restore the frozen class list"
-            )
-        targets = np.array([index[v] for v in labels], dtype=np.int64)
-    else:
-        targets = np.asarray(target, dtype=np.float32)
+    where = join(folder, MANIFEST)
+    inputs = (
+        token_inputs(table, spec.inputs, where)
+        if spec.inputs.is_tokens
+        else inputs_array(table, spec.inputs, where)
+    )
+    targets = targets_array(table, spec, where)
     ids = table.column(spec.id_column).to_numpy(zero_copy_only=False).astype(str)
     slices = {s: table.column(s).to_numpy(zero_copy_only=False) for s in spec.slices}
     return Evalset(spec, folder, inputs, targets, ids, slices)
-
-
-def inputs_array(table: pa.Table, inputs: InputsSpec, where: str) -> np.ndarray:
-    """The model inputs of ``table`` as one array, as ``inputs`` declares them.
-
-    The one decoder, of evalsets and of live drift samples alike; ``where`` is the file errors name.
-    """
-    if inputs.column is not None:
-        array = table.column(inputs.column).combine_chunks()
-        if not pa.types.is_fixed_size_list(array.type) or array.type.list_size != inputs.size:
-            raise EvalsetError(
-                f"{where}: inputs: column {inputs.column!r} is {array.type}, but the "
-                f"shape {inputs.shape} needs fixed_size_list<{inputs.dtype}>[{inputs.size}]"
-            )
-        flat: np.ndarray = array.flatten().to_numpy(zero_copy_only=array.null_count == 0)
-        return flat.reshape(len(array), *inputs.example_shape)
-    columns = [table.column(c).to_numpy() for c in inputs.columns or []]
-    return np.stack(columns, axis=1).astype(inputs.dtype)

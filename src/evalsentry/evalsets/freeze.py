@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -42,6 +41,7 @@ from evalsentry.evalsets.evalset import (
     DataFile,
     EvalsetSpec,
     InputsSpec,
+    Task,
     evalset_folder,
     read_manifest_text,
     read_spec,
@@ -55,6 +55,12 @@ from evalsentry.evalsets.identity import (
     evalset_identity,
     field_digests,
 )
+from evalsentry.evalsets.sequences import (
+    check_task_target,
+    multilabel_classes,
+    normalise_tokens,
+)
+from evalsentry.evalsets.targets import natural_key
 from evalsentry.names import check_name
 from evalsentry.storage import filesystem, join, sha256_file, shared_mode, write_atomic
 
@@ -71,7 +77,7 @@ def freeze_evalset(
     dest: str | Path,
     *,
     name: str,
-    task: Literal["classification", "regression"],
+    task: Task,
     target: str,
     inputs: InputsSpec,
     id_column: str | None = None,
@@ -79,6 +85,7 @@ def freeze_evalset(
     classes: Sequence[Any] | None = None,
     metrics: Sequence[str] | None = None,
     outputs: Literal["logits", "probabilities"] = "logits",
+    scoring: Literal["sum", "mean"] | None = None,
     version: int = 1,
     description: str = "",
     provenance: str = "",
@@ -92,6 +99,8 @@ def freeze_evalset(
     Args:
         outputs: what a classifier returns, ``logits`` or ``probabilities`` (a softmax at the
             end of the model); part of the evalset's identity.
+        scoring: multiple choice: a continuation's score is the ``sum`` (default) or ``mean``
+            of its tokens' log-probabilities.
         source: where the rows came from (a file), named in errors about them.
 
     Raises:
@@ -102,9 +111,12 @@ def freeze_evalset(
     check_name("evalset", name)
     dest = Path(dest)
     _refuse_existing(dest, name, version)
-    table, id_column = _rows(data, dest, name, inputs, id_column, source)
+    table, id_column = _rows(data, dest, name, inputs, id_column, source, task)
     _check_rows(table, target, slices, id_column, task, inputs.column, source or "the data")
+    check_task_target(table, task, target, inputs, source or "the data")
     classes = _task_classes(table, target, task, classes, outputs, source or "the data")
+    if scoring is not None and task != "multiple_choice":
+        raise EvalsetError("scoring: only a multiple-choice evalset scores continuations")
     described = EvalsetSpec(
         name=name,
         version=version,
@@ -119,6 +131,7 @@ def freeze_evalset(
         classes=list(classes) if classes is not None else None,
         metrics=list(metrics) if metrics else None,
         outputs=outputs,
+        scoring=scoring or ("sum" if task == "multiple_choice" else None),
         num_rows=len(table),
         schema={},
         files=[],
@@ -144,6 +157,7 @@ def _rows(
     inputs: InputsSpec,
     id_column: str | None,
     source: str | None,
+    task: str,
 ) -> tuple[pa.Table, str]:
     """The rows as they will be stored (ids added, tensor inputs fixed-size) and the id column."""
     table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=False)
@@ -153,6 +167,10 @@ def _rows(
             "(check the query or export that wrote it)"
         )
     table, id_column = _with_ids(table, id_column, name)
+    if inputs.is_tokens:
+        return normalise_tokens(table, inputs, task, str(dest)), id_column
+    if task in ("language_modeling", "multiple_choice"):
+        raise EvalsetError(f"{dest}: inputs: a {task} evalset reads token ids: give --tokens")
     return _normalise_inputs(table, inputs, dest), id_column
 
 
@@ -188,10 +206,12 @@ def _task_classes(
     """A classifier's classes (see ``_classes``); no classes nor probabilities for regression."""
     if task == "classification":
         classes = _classes(table, target, classes, source)
+    elif task == "multilabel":
+        classes = multilabel_classes(table, target, classes, source)
     elif classes is not None:
         raise EvalsetError(
-            "classes: a regression evalset has no classes (its model returns one value per "
-            "example); leave --classes out, or freeze with --task classification"
+            f"classes: a {task} evalset has no classes; leave --classes out, or freeze with "
+            "--task classification"
         )
     if task != "classification" and outputs != "logits":
         raise EvalsetError(
@@ -251,11 +271,11 @@ def _write_folder(table: pa.Table, dest: Path, described: EvalsetSpec) -> Evalse
 
 def _write_suite(folder: Path, table: pa.Table, spec: EvalsetSpec) -> None:
     """Generate the expectation suite the data must meet at every load, and write it."""
-    from evalsentry.evalsets.validation import build_suite, validation_frame
+    from evalsentry.evalsets.validation import build_suite, list_columns, validation_frame
 
     inputs = spec.inputs
     suite = build_suite(
-        validation_frame(table, inputs.column),
+        validation_frame(table, list_columns(spec)),
         name=f"{spec.name}-v{spec.version}",
         id_column=spec.id_column,
         target=spec.target,
@@ -264,6 +284,7 @@ def _write_suite(folder: Path, table: pa.Table, spec: EvalsetSpec) -> None:
         tensor_column=inputs.column,
         tensor_size=inputs.size if inputs.column else None,
         feature_columns=inputs.columns or [],
+        sequence_columns=[c for c in list_columns(spec) if c != inputs.column],
     )
     (folder / SUITE).write_text(json.dumps(suite, indent=2, sort_keys=True) + "\n")
 
@@ -408,17 +429,6 @@ def _check_values(table: pa.Table, tensor_column: str | None, source: str) -> No
                 f"row {rows.min()}; the evalset's expectations allow none: drop or fix those "
                 "rows, then freeze again"
             )
-
-
-def natural_key(label: object) -> tuple[tuple[tuple[int, int | str], ...], str]:
-    """Sort key of natural order: the numbers inside a string compared as numbers.
-
-    Ties (``'01'`` and ``'1'``) fall back to the text, so the order never depends on the data's.
-    """
-    if isinstance(label, int):
-        return ((0, label),), ""
-    parts = re.split(r"([0-9]+)", str(label))  # ASCII digits: int() reads every such run
-    return tuple((0, int(p)) if p[0] in "0123456789" else (1, p) for p in parts if p), str(label)
 
 
 def _classes(table: pa.Table, target: str, classes: Sequence[Any] | None, source: str) -> list[Any]:

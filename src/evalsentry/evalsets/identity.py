@@ -33,7 +33,7 @@ IDENTITY_VERSION = 2  # what freeze writes
 RESULT_FIELDS = ("task", "inputs", "target", "id_column", "classes", "metrics", "slices")
 #: Results-changing fields added since version 2: hashed (and pinned) only when set to other
 #: than their default, so an evalset frozen before keeps its identity.
-OPTIONAL_RESULT_FIELDS = ("outputs",)
+OPTIONAL_RESULT_FIELDS = ("outputs", "scoring")
 V1_FIELDS = ("task", "inputs", "target", "id_column")
 SUITE_CLASSES = "expect_column_distinct_values_to_equal_set"  # written from the class list
 

@@ -20,12 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from evalsentry.errors import EvalsetError
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from evalsentry.evalsets.evalset import EvalsetSpec
 
 log = logging.getLogger(__name__)
 
@@ -90,46 +93,74 @@ class ValidationSummary:
 
 
 def tensor_summaries(column: pa.ChunkedArray | pa.Array, name: str) -> dict[str, np.ndarray]:
-    """Per-row length, NaN/inf count, min and max of a list column, named ``<name>__len`` etc."""
+    """Per-row length, NaN/inf count, minimum and maximum of a list column (``<name>__len`` etc.).
+
+    A list of lists (a multiple-choice row's continuations) has its number of items as the
+    length and the range of every value inside; a list of strings (a multi-label target) has
+    its length only.
+    """
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     lengths = array.value_lengths().to_numpy(zero_copy_only=False)
+    summaries = {name + LENGTH: np.nan_to_num(lengths, nan=-1).astype(np.int64)}
+    values, rows = _leaves(array)
+    if not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
+        return summaries
     n = len(array)
-    if pa.types.is_fixed_size_list(array.type) and array.null_count == 0:
-        # Fast path: one (rows, width) view over the Arrow buffer.
-        width = array.type.list_size
-        flat = array.flatten().to_numpy(zero_copy_only=False).reshape(n, width)
-        finite = np.isfinite(flat)
-        nonfinite = (~finite).sum(axis=1)
-        safe = np.where(finite, flat, np.nan)
-        with np.errstate(all="ignore"):
-            row_min, row_max = np.nanmin(safe, axis=1), np.nanmax(safe, axis=1)
-    else:
-        nonfinite, row_min, row_max = np.zeros(n, np.int64), np.full(n, np.nan), np.full(n, np.nan)
-        for i, value in enumerate(array.to_pylist()):
-            row = np.asarray(value if value is not None else [], dtype=np.float64)
-            finite = np.isfinite(row)
-            nonfinite[i] = int((~finite).sum())
-            if finite.any():
-                row_min[i], row_max[i] = row[finite].min(), row[finite].max()
-    return {
-        name + LENGTH: np.nan_to_num(lengths, nan=-1).astype(np.int64),
-        name + NONFINITE: np.asarray(nonfinite, dtype=np.int64),
-        name + ROW_MIN: row_min.astype(np.float64),
-        name + ROW_MAX: row_max.astype(np.float64),
+    flat = values.to_numpy(zero_copy_only=False).astype(np.float64)
+    finite = np.isfinite(flat)
+    nonfinite = np.bincount(rows, weights=~finite, minlength=n).astype(np.int64)
+    row_min, row_max = np.full(n, np.nan), np.full(n, np.nan)
+    kept, where = flat[finite], rows[finite]
+    if kept.size:
+        # Rows are in order, so each row's values are one run: reduce each run at its start.
+        starts = np.flatnonzero(np.r_[True, where[1:] != where[:-1]])
+        row_min[where[starts]] = np.minimum.reduceat(kept, starts)
+        row_max[where[starts]] = np.maximum.reduceat(kept, starts)
+    return summaries | {
+        name + NONFINITE: nonfinite,
+        name + ROW_MIN: row_min,
+        name + ROW_MAX: row_max,
     }
 
 
-def validation_frame(table: pa.Table, tensor_column: str | None) -> pd.DataFrame:
-    """The scalar view of an evalset that GX validates: the tensor column becomes summaries."""
+def _leaves(array: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """The innermost values of a (nested) list array and the row each belongs to."""
+    rows = np.arange(len(array))
+    while (
+        pa.types.is_list(array.type)
+        or pa.types.is_large_list(array.type)
+        or (pa.types.is_fixed_size_list(array.type))
+    ):
+        rows = rows[pc.list_parent_indices(array).to_numpy(zero_copy_only=False)]
+        array = array.flatten()
+    return array, rows
+
+
+def validation_frame(table: pa.Table, summarised: str | Sequence[str] | None) -> pd.DataFrame:
+    """The scalar view of an evalset that GX validates: its list columns become summaries.
+
+    ``summarised``: the list columns the manifest names (a tensor column; token ids and
+    continuations; a multi-label target), as ``list_columns`` gives them.
+    """
     import pandas as pd
 
+    names = {summarised} if isinstance(summarised, str) else set(summarised or ())
     data: dict[str, Any] = {}
     for name in table.column_names:
-        if name == tensor_column:
+        if name in names:
             data.update(tensor_summaries(table.column(name), name))
         else:
             data[name] = table.column(name).to_pandas()
     return pd.DataFrame(data)
+
+
+def list_columns(spec: EvalsetSpec) -> list[str]:
+    """The list columns of an evalset that its suite sees as per-row summaries."""
+    inputs = spec.inputs
+    named = [inputs.column, inputs.tokens, inputs.choices]
+    if spec.task == "multilabel":
+        named.append(spec.target)
+    return [c for c in dict.fromkeys(named) if c is not None]
 
 
 def build_suite(
@@ -143,6 +174,7 @@ def build_suite(
     tensor_column: str | None,
     tensor_size: int | None,
     feature_columns: Sequence[str],
+    sequence_columns: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Generate the expectation suite of a dataset being frozen, as GX's JSON document.
 
@@ -187,8 +219,35 @@ def build_suite(
                 max_value=float(frame[tensor_column + ROW_MAX].max()),
             ),
         ]
+    expectations += _sequence_expectations(frame, sequence_columns)
     suite = gx.ExpectationSuite(name=name, expectations=expectations)
     return suite.to_json_dict()  # type: ignore[no-any-return]
+
+
+def _sequence_expectations(frame: pd.DataFrame, columns: Sequence[str]) -> list[Any]:
+    """Each variable-length column's observed row lengths and value range, no NaN/inf."""
+    import great_expectations.expectations as gxe
+
+    expectations: list[Any] = []
+    for column in columns:
+        length = frame[column + LENGTH]
+        expectations.append(
+            gxe.ExpectColumnValuesToBeBetween(
+                column=column + LENGTH, min_value=int(length.min()), max_value=int(length.max())
+            )
+        )
+        if column + ROW_MIN not in frame:
+            continue  # labels, not numbers
+        expectations += [
+            gxe.ExpectColumnValuesToBeBetween(column=column + NONFINITE, min_value=0, max_value=0),
+            gxe.ExpectColumnValuesToBeBetween(
+                column=column + ROW_MIN, min_value=float(frame[column + ROW_MIN].min())
+            ),
+            gxe.ExpectColumnValuesToBeBetween(
+                column=column + ROW_MAX, max_value=float(frame[column + ROW_MAX].max())
+            ),
+        ]
+    return expectations
 
 
 def run_suite(

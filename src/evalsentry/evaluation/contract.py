@@ -77,9 +77,9 @@ def check_output(out: object, rows: int, spec: EvalsetSpec) -> None:
     fits = False
     if isinstance(out, torch.Tensor) and out.is_floating_point():
         shape = tuple(out.shape)
-        if spec.task != "classification":
+        if spec.task not in ("classification", "multilabel"):
             fits = shape in ((rows,), (rows, 1))
-        else:  # examples x classes
+        else:  # examples x classes (multi-label: x labels)
             width = len(spec.classes) if spec.classes is not None else None
             fits = len(shape) == 2 and shape[0] == rows and width in (None, shape[1])
     if not fits:
@@ -114,6 +114,11 @@ def looks_like_probabilities(out: torch.Tensor) -> bool:
 
 def expected_output(rows: int, spec: EvalsetSpec) -> str:
     """The output contract for a batch of ``rows`` examples of ``spec``, in words."""
+    if spec.task == "multilabel":
+        return (
+            f"float {spec.outputs} of shape [{rows}, {len(spec.classes or [])}] (one column per "
+            f"label of {spec.name!r}, scored independently)"
+        )
     if spec.task != "classification":
         return f"float predictions of shape [{rows}] or [{rows}, 1] (one per example)"
     if spec.classes is None:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from evalsentry.errors import NonFiniteOutput, UsageError
+from evalsentry.evalsets.inputs import shared_tensor
 from evalsentry.evaluation.contract import (
     ForwardRaised,
     check_output,
@@ -84,6 +85,9 @@ class InferenceResult:
     batch_size: int
     oom_retries: int = 0
     notes: list[str] = field(default_factory=list)
+    #: Token evalsets: the real tokens read and the tokens given, padding included.
+    tokens: int | None = None
+    padded_tokens: int | None = None
 
     @property
     def num_examples(self) -> int:
@@ -171,6 +175,10 @@ def run_inference(
     device = resolve_device(device)
     target_device = torch.device(device)
     model = model.to(target_device).eval()
+    if evalset.spec.inputs.is_tokens:
+        return _run_tokens(
+            model, evalset, target_device, batch_size, precision, progress, compile_model
+        )
     inputs, targets = staged(evalset, target_device)
     model, forward, channels_last = _prepared(
         model, inputs, target_device, channels_last, compile_model
@@ -192,6 +200,42 @@ def run_inference(
         inference_seconds=seconds,
         batch_size=batch_size,
         oom_retries=retries,
+    )
+
+
+def _run_tokens(
+    model: torch.nn.Module,
+    evalset: Evalset,
+    device: torch.device,
+    batch_size: int,
+    precision: Precision,
+    progress: ProgressFn | None,
+    compile_model: bool,
+) -> InferenceResult:
+    """``run_inference`` over token sequences (``evalsentry.evaluation.sequences``)."""
+    import torch
+
+    from evalsentry.evaluation.sequences import forward_tokens
+
+    forward = torch.compile(model) if compile_model else model
+    run = forward_tokens(
+        model,
+        forward,
+        evalset,
+        device,
+        batch_size=batch_size,
+        precision=precision,
+        progress=progress,
+    )
+    targets = shared_tensor(evalset.targets)
+    return InferenceResult(
+        columns=_per_example(run.raw, targets.to(run.raw.device), evalset),
+        environment=describe_environment(str(device), precision),
+        inference_seconds=run.seconds,
+        batch_size=run.batch_size,
+        oom_retries=run.retries,
+        tokens=run.tokens,
+        padded_tokens=run.padded,
     )
 
 
@@ -324,6 +368,24 @@ def release_resident() -> None:
 def _per_example(
     raw: torch.Tensor, targets: torch.Tensor, evalset: Evalset
 ) -> dict[str, np.ndarray]:
+    """One row per example of what the task compares, plus the slice columns."""
+    from evalsentry.evaluation import task_outputs
+
+    builders = {
+        "multilabel": task_outputs.multilabel_columns,
+        "language_modeling": task_outputs.language_model_columns,
+        "multiple_choice": task_outputs.choice_columns,
+    }
+    build = builders.get(evalset.spec.task)
+    columns = build(raw, evalset) if build else _fixed_task_columns(raw, targets, evalset)
+    for name, values in evalset.slices.items():
+        columns[slice_column(name)] = values
+    return columns
+
+
+def _fixed_task_columns(
+    raw: torch.Tensor, targets: torch.Tensor, evalset: Evalset
+) -> dict[str, np.ndarray]:
     import torch
 
     finite = torch.isfinite(raw.reshape(len(raw), -1)).all(dim=1)
@@ -351,8 +413,6 @@ def _per_example(
             "prediction": prediction.double().cpu().numpy(),
             "loss": ((prediction - targets) ** 2).double().cpu().numpy(),
         }
-    for name, values in evalset.slices.items():
-        columns[slice_column(name)] = values
     return columns
 
 

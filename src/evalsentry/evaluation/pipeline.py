@@ -249,6 +249,7 @@ def _record_success(
         driver_version=env.driver_version,
         precision=env.precision,
         batch_size=result.batch_size,
+        input_tokens=result.tokens,
         **cost_fields(
             device=env.device,
             wall_s=time.perf_counter() - clock,
@@ -363,6 +364,14 @@ def live_drift(
     source = config.drift.live.get(evalset.spec.name)
     if source is None:
         return []
+    if evalset.spec.inputs.is_tokens:
+        from evalsentry.errors import ConfigError
+
+        raise ConfigError(
+            config.trust.config_file,
+            f"drift.live.{evalset.spec.name}",
+            "the evalset holds token sequences, whose input drift is not measured; remove it",
+        )
     live = read_live(config.resolve(source), evalset)
     results = input_drift(evalset, live, config.drift)
     if evalset.spec.task != "classification":

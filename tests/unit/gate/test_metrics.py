@@ -44,7 +44,10 @@ REGRESSION = {
 
 
 def value(columns: Columns, name: str, num_classes: int | None = 3) -> float:
-    return get_metric(name).compute(columns, num_classes=num_classes)
+    points, _ = bootstrap_metric_values(
+        [(get_metric(name), columns)], num_classes=num_classes, n_resamples=0
+    )
+    return float(points[0])
 
 
 def reference_macro_f1(target: NDArray[Any], prediction: NDArray[Any]) -> float:
