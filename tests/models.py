@@ -16,6 +16,7 @@ TRUSTED_FACTORIES = (
     "tests.models:tiny_net",
     "tests.models:exploding_factory",
     "tests.unit.evaluation.test_inference",
+    "tests.token_models",
 )
 TRUST = Trust(TRUSTED_FACTORIES)
 #: The same, as a line of evalsentry.yaml.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,41 +17,61 @@ from evalsentry.cli._app import (
 from evalsentry.cli.output import print_table
 from evalsentry.errors import UsageError
 
+#: The tasks an evalset can be frozen for (``EvalsetSpec.task``), kept here to spare the import.
+TASK_NAMES = ("classification", "regression", "multilabel", "language_modeling", "multiple_choice")
+
 if TYPE_CHECKING:
     from evalsentry.config import Config
-    from evalsentry.evalsets.evalset import EvalsetSpec, InputsSpec
+    from evalsentry.evalsets.evalset import EvalsetSpec
+    from evalsentry.evalsets.inputs import InputsSpec
+
+
+InputsOption = Annotated[
+    str | None, typer.Option(help="Feature columns (a,b,c), or one list column.")
+]
+ShapeOption = Annotated[
+    str | None, typer.Option(help="Shape of one example of a list column, e.g. 1,8,8.")
+]
+IdOption = Annotated[
+    str | None, typer.Option("--id", help="Id column (default: a deterministic one is added).")
+]
+ClassesOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Class labels in the order of the model's logit columns, e.g. 1,2,3 "
+        "(default: the labels in natural order, class_2 before class_10)."
+    ),
+]
+OutputsOption = Annotated[
+    str,
+    typer.Option(
+        help="What the classifier returns: logits, or probabilities (it ends in a softmax)."
+    ),
+]
 
 
 @evalset_app.command("freeze")
 def evalset_freeze(
     source: Annotated[Path, typer.Argument(help="Parquet or CSV file with the rows to freeze.")],
     name: Annotated[str, typer.Option(help="Evalset name (its folder under evalsets/).")],
-    task: Annotated[str, typer.Option(help="classification or regression.")],
+    task: Annotated[str, typer.Option(help=f"One of: {', '.join(TASK_NAMES)}.")],
     target: Annotated[str, typer.Option(help="Target column.")],
-    inputs: Annotated[str, typer.Option(help="Feature columns (a,b,c), or one list column.")],
-    shape: Annotated[
-        str | None, typer.Option(help="Shape of one example of a list column, e.g. 1,8,8.")
-    ] = None,
+    inputs: InputsOption = None,
+    shape: ShapeOption = None,
     dtype: Annotated[str, typer.Option(help="Tensor dtype of a list column.")] = "float32",
-    id_column: Annotated[
-        str | None, typer.Option("--id", help="Id column (default: a deterministic one is added).")
-    ] = None,
+    tokens: Annotated[str | None, typer.Option(help="List column of token ids.")] = None,
+    pad_id: Annotated[int | None, typer.Option(help="Token id padding batches.")] = None,
+    max_length: Annotated[int | None, typer.Option(help="Most tokens a row may have.")] = None,
+    truncation: Annotated[str, typer.Option(help="Longer rows: error, left, right.")] = "error",
+    named: Annotated[list[str] | None, typer.Option(help="More inputs: kw=col1,col2.")] = None,
+    choices: Annotated[str | None, typer.Option(help="Continuations column.")] = None,
+    scoring: Annotated[str | None, typer.Option(help="Continuations: sum or mean.")] = None,
+    id_column: IdOption = None,
     slices: Annotated[
         str | None, typer.Option(help="Columns to report metrics per value of.")
     ] = None,
-    classes: Annotated[
-        str | None,
-        typer.Option(
-            help="Class labels in the order of the model's logit columns, e.g. 1,2,3 "
-            "(default: the labels in natural order, class_2 before class_10)."
-        ),
-    ] = None,
-    outputs: Annotated[
-        str,
-        typer.Option(
-            help="What the classifier returns: logits, or probabilities (it ends in a softmax)."
-        ),
-    ] = "logits",
+    classes: ClassesOption = None,
+    outputs: OutputsOption = "logits",
     version: Annotated[int, typer.Option(help="Version number recorded in the manifest.")] = 1,
     description: Annotated[str, typer.Option(help="What the data is.")] = "",
     provenance: Annotated[str, typer.Option(help="Where it comes from.")] = "",
@@ -61,7 +81,10 @@ def evalset_freeze(
     """Freeze a dataset into a hash-pinned evalset with a generated expectation suite."""
     from evalsentry.evalsets.freeze import freeze_evalset, read_source
 
-    spec_inputs = _freeze_options(inputs, shape, dtype, task, outputs)
+    token_options: dict[str, Any] = {"pad_id": pad_id, "max_length": max_length}
+    token_options["truncation"] = truncation
+    token_options |= {"tokens": tokens, "named": named, "choices": choices}
+    spec_inputs = _freeze_options(inputs, shape, dtype, task, outputs, **token_options)
     dest = Path(_config(config).evalsets_dir) / name
     spec = freeze_evalset(
         read_source(source),
@@ -74,6 +97,7 @@ def evalset_freeze(
         slices=_csv(slices),
         classes=_csv(classes) if classes is not None else None,
         outputs=outputs,  # type: ignore[arg-type]
+        scoring=scoring,  # type: ignore[arg-type]
         version=version,
         description=description,
         provenance=provenance,
@@ -84,25 +108,44 @@ def evalset_freeze(
 
 
 def _freeze_options(
-    inputs: str, shape: str | None, dtype: str, task: str, outputs: str
+    inputs: str | None,
+    shape: str | None,
+    dtype: str,
+    task: str,
+    outputs: str,
+    **token_options: Any,
 ) -> InputsSpec:
-    """The inputs spec of --inputs/--shape/--dtype; --task and --outputs checked as well."""
-    from evalsentry.evalsets.evalset import InputsSpec
+    """The inputs spec of --inputs/--shape/--dtype or --tokens and its options, all checked."""
+    from evalsentry.evalsets.inputs import InputsSpec
 
     columns = _csv(inputs)
-    try:
-        spec_inputs = (
-            InputsSpec(column=columns[0], shape=[int(d) for d in _csv(shape)], dtype=dtype)
-            if shape
-            else InputsSpec(columns=columns)
-        )
-    except ValueError as exc:
-        raise UsageError(f"--inputs/--shape: {exc}".splitlines()[0]) from None
-    if task not in ("classification", "regression"):
-        raise UsageError(f"--task: {task!r} is not classification or regression")
+    if task not in TASK_NAMES:
+        raise UsageError(f"--task: {task!r} is not one of {', '.join(TASK_NAMES)}")
     if outputs not in ("logits", "probabilities"):
         raise UsageError(f"--outputs: {outputs!r} is not logits or probabilities")
-    return spec_inputs
+    if (inputs is None) == (token_options["tokens"] is None):
+        raise UsageError("give --inputs (feature or tensor columns) or --tokens (token ids)")
+    try:
+        if token_options["tokens"] is not None:
+            named = _named(token_options.pop("named") or [])
+            return InputsSpec(**token_options, named=named or None)
+        if shape:
+            return InputsSpec(column=columns[0], shape=[int(d) for d in _csv(shape)], dtype=dtype)
+        return InputsSpec(columns=columns)
+    except ValueError as exc:
+        flags = "--tokens" if token_options["tokens"] else "--inputs/--shape"
+        raise UsageError(f"{flags}: {exc}".splitlines()[0]) from None
+
+
+def _named(values: list[str]) -> dict[str, list[str]]:
+    """``--named price=open,close`` as ``{"price": ["open", "close"]}``."""
+    named = {}
+    for value in values:
+        keyword, _, columns = value.partition("=")
+        if not keyword.strip() or not _csv(columns):
+            raise UsageError(f"--named {value!r}: write it as keyword=column1,column2")
+        named[keyword.strip()] = _csv(columns)
+    return named
 
 
 def _print_frozen(spec: EvalsetSpec, dest: Path, config: Path | None) -> None:
@@ -110,9 +153,12 @@ def _print_frozen(spec: EvalsetSpec, dest: Path, config: Path | None) -> None:
     typer.echo(f"froze {spec.name} v{spec.version}: {spec.num_rows} rows -> {dest}")
     listed = f": {', '.join(spec.inputs.columns)}" if spec.inputs.columns else ""
     typer.echo(f"model input: {spec.inputs.contract()}{listed}")
-    if spec.classes is not None:
+    if spec.task in ("language_modeling", "multiple_choice"):
+        typer.echo("model output: next-token logits [N, T, V] (position t predicts token t+1)")
+    elif spec.classes is not None:
+        what = "label" if spec.task == "multilabel" else "class"
         typer.echo(
-            f"model output: {spec.outputs} [N, {len(spec.classes)}], one column per class in "
+            f"model output: {spec.outputs} [N, {len(spec.classes)}], one column per {what} in "
             f"this order: {', '.join(map(str, spec.classes))}"
         )
     else:

@@ -40,7 +40,6 @@ from evalsentry.evalsets.evalset import (
     SUITE,
     DataFile,
     EvalsetSpec,
-    InputsSpec,
     Task,
     evalset_folder,
     read_manifest_text,
@@ -55,6 +54,7 @@ from evalsentry.evalsets.identity import (
     evalset_identity,
     field_digests,
 )
+from evalsentry.evalsets.inputs import InputsSpec
 from evalsentry.evalsets.sequences import (
     check_task_target,
     multilabel_classes,
@@ -97,26 +97,19 @@ def freeze_evalset(
     Written whole or not at all, never over an existing evalset (see the module docstring).
 
     Args:
-        outputs: what a classifier returns, ``logits`` or ``probabilities`` (a softmax at the
-            end of the model); part of the evalset's identity.
-        scoring: multiple choice: a continuation's score is the ``sum`` (default) or ``mean``
-            of its tokens' log-probabilities.
+        outputs: what a classifier returns: ``logits``, or ``probabilities`` (a softmax).
+        scoring: multiple choice: score a continuation by the ``sum`` or ``mean`` log-prob.
         source: where the rows came from (a file), named in errors about them.
 
     Raises:
-        EvalsetError: ``dest`` exists; no rows; a null, NaN or (for classification) non-integer,
-            non-string label; or data that does not match the inputs spec, target, id, slice
-            columns or the given classes.
+        EvalsetError: ``dest`` exists; no rows; an unusable label, or data that does not match
+            the inputs spec, target, id, slice columns or the given classes.
     """
-    check_name("evalset", name)
     dest = Path(dest)
-    _refuse_existing(dest, name, version)
+    _refuse_existing(dest, check_name("evalset", name), version)
     table, id_column = _rows(data, dest, name, inputs, id_column, source, task)
-    _check_rows(table, target, slices, id_column, task, inputs.column, source or "the data")
-    check_task_target(table, task, target, inputs, source or "the data")
+    _check_rows(table, target, slices, id_column, task, inputs, source or "the data")
     classes = _task_classes(table, target, task, classes, outputs, source or "the data")
-    if scoring is not None and task != "multiple_choice":
-        raise EvalsetError("scoring: only a multiple-choice evalset scores continuations")
     described = EvalsetSpec(
         name=name,
         version=version,
@@ -131,7 +124,7 @@ def freeze_evalset(
         classes=list(classes) if classes is not None else None,
         metrics=list(metrics) if metrics else None,
         outputs=outputs,
-        scoring=scoring or ("sum" if task == "multiple_choice" else None),
+        scoring=_scoring(task, scoring),
         num_rows=len(table),
         schema={},
         files=[],
@@ -139,6 +132,15 @@ def freeze_evalset(
         frozen_at="",
     )
     return _write_folder(table, dest, described)
+
+
+def _scoring(task: str, scoring: str | None) -> Any:
+    """How a multiple-choice evalset scores continuations (``sum`` unless stated); None elsewhere."""
+    if task == "multiple_choice":
+        return scoring or "sum"
+    if scoring is not None:
+        raise EvalsetError("scoring: only a multiple-choice evalset scores continuations")
+    return None
 
 
 def _refuse_existing(dest: Path, name: str, version: int) -> None:
@@ -180,7 +182,7 @@ def _check_rows(
     slices: Sequence[str],
     id_column: str,
     task: str,
-    tensor_column: str | None,
+    inputs: InputsSpec,
     source: str,
 ) -> None:
     """The named columns exist, ids are unique, and every label and value is usable."""
@@ -192,7 +194,8 @@ def _check_rows(
     if table.column(id_column).null_count or len(pc.unique(table.column(id_column))) != len(table):
         raise EvalsetError(f"id_column: {id_column!r} must be unique and non-null")
     _check_labels(table, target, task, source)
-    _check_values(table, tensor_column, source)
+    _check_values(table, inputs.column, source)
+    check_task_target(table, task, target, inputs, source)
 
 
 def _task_classes(

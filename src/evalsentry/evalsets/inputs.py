@@ -92,7 +92,7 @@ class InputsSpec(BaseModel):
             raise ValueError("a 'tokens' input needs 'pad_id' and 'max_length'")
         clash = {self.keyword, self.mask} & set(self.named or {})
         if self.keyword == self.mask or clash:
-            raise ValueError(f"keyword inputs must have distinct names: {sorted(clash)}")
+            raise ValueError(f"keyword inputs must have distinct names: {sorted(map(str, clash))}")
         return self
 
     @property
@@ -241,7 +241,8 @@ def spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The indices ``starts[i] .. starts[i] + lengths[i]`` of every row, concatenated."""
     total = int(lengths.sum())
     row_start = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return np.repeat(starts, lengths) + (np.arange(total) - row_start)
+    indices: np.ndarray = np.repeat(starts, lengths) + (np.arange(total) - row_start)
+    return indices
 
 
 def token_inputs(table: pa.Table, inputs: InputsSpec, where: str) -> TokenInputs:

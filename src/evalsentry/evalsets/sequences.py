@@ -41,8 +41,8 @@ def normalise_tokens(table: pa.Table, inputs: InputsSpec, task: str, where: str)
     if inputs.choices is not None:
         table = _as_int64_lists(table, inputs.choices, where, minimum=2, nested=True)
         longest = _longest_choice(table.column(inputs.choices))
-        if len(longest) and longest.max() >= int(inputs.max_length):
-            row = int(np.argmax(longest >= int(inputs.max_length)))
+        if len(longest) and longest.max() >= int(inputs.max_length or 0):
+            row = int(np.argmax(longest >= int(inputs.max_length or 0)))
             raise EvalsetError(
                 f"{where}: inputs: row {row} has a continuation of {longest[row]} tokens, "
                 f"leaving no room for its context within max_length {inputs.max_length}"
@@ -55,8 +55,12 @@ def normalise_tokens(table: pa.Table, inputs: InputsSpec, task: str, where: str)
             )
     elif task == "multiple_choice":
         raise EvalsetError(f"{where}: inputs: a multiple-choice evalset needs a choices column")
-    if inputs.truncation == "error" and len(lengths) and lengths.max() > int(inputs.max_length):
-        row = int(np.argmax(lengths > int(inputs.max_length)))
+    if (
+        inputs.truncation == "error"
+        and len(lengths)
+        and lengths.max() > int(inputs.max_length or 0)
+    ):
+        row = int(np.argmax(lengths > int(inputs.max_length or 0)))
         raise EvalsetError(
             f"{where}: inputs: row {row} has {lengths[row]} tokens, more than max_length "
             f"{inputs.max_length}; raise --max-length, or state which side to cut with "
@@ -162,7 +166,7 @@ def _check_prompt_lengths(table: pa.Table, target: str, inputs: InputsSpec, wher
     prompt = table.column(target).to_numpy()
     lengths = pc.list_value_length(table.column(str(inputs.tokens))).to_numpy(zero_copy_only=False)
     if inputs.truncation == "right":
-        lengths = np.minimum(lengths, int(inputs.max_length))
+        lengths = np.minimum(lengths, int(inputs.max_length or 0))
     bad = np.flatnonzero((prompt < 0) | (prompt >= lengths))
     if bad.size:
         raise EvalsetError(

@@ -116,7 +116,7 @@ def _serve_one(
     import torch
 
     from evalsentry.checkpoints.checkpoint import load_checkpoint
-    from evalsentry.evalsets.evalset import shared_tensor
+    from evalsentry.evalsets.inputs import shared_tensor
     from evalsentry.evaluation.inference import predict_classes, run_inference
     from evalsentry.evaluation.speed import time_pair
 

@@ -159,8 +159,7 @@ def run_inference(
         batch_size: examples per forward pass (halved on out-of-memory).
         precision: ``fp32`` or ``bf16`` (autocast).
         progress: called with (examples done, total) after each batch.
-        channels_last: use the channels-last layout (default: on CUDA for 4-D inputs and
-            models with 2-D convolutions).
+        channels_last: channels-last layout (default: on CUDA, for 4-D inputs and 2-D convs).
         compile_model: ``torch.compile`` the model first (pays off on long evaluations).
 
     Raises:
@@ -175,10 +174,9 @@ def run_inference(
     device = resolve_device(device)
     target_device = torch.device(device)
     model = model.to(target_device).eval()
-    if evalset.spec.inputs.is_tokens:
-        return _run_tokens(
-            model, evalset, target_device, batch_size, precision, progress, compile_model
-        )
+    if evalset.spec.inputs.is_tokens:  # keyword inputs, length-sorted batches
+        options = (batch_size, precision, progress, compile_model)
+        return _run_tokens(model, evalset, target_device, *options)
     inputs, targets = staged(evalset, target_device)
     model, forward, channels_last = _prepared(
         model, inputs, target_device, channels_last, compile_model

@@ -361,17 +361,9 @@ def live_drift(
     )
     from evalsentry.gate.drift import DriftResult, input_drift, prediction_drift, read_live
 
-    source = config.drift.live.get(evalset.spec.name)
+    source = _live_source(evalset, config)
     if source is None:
         return []
-    if evalset.spec.inputs.is_tokens:
-        from evalsentry.errors import ConfigError
-
-        raise ConfigError(
-            config.trust.config_file,
-            f"drift.live.{evalset.spec.name}",
-            "the evalset holds token sequences, whose input drift is not measured; remove it",
-        )
     live = read_live(config.resolve(source), evalset)
     results = input_drift(evalset, live, config.drift)
     if evalset.spec.task != "classification":
@@ -408,6 +400,24 @@ def live_drift(
         )
         results.append(prediction_drift(row["model"], evalset, reference, live_pred, config.drift))
     return results
+
+
+def _live_source(evalset: Evalset, config: Config) -> str | None:
+    """Where ``evalset``'s live sample is, if drift is configured for it.
+
+    Raises:
+        ConfigError: drift configured for token sequences, whose input drift is not measured.
+    """
+    source = config.drift.live.get(evalset.spec.name)
+    if source is not None and evalset.spec.inputs.is_tokens:
+        from evalsentry.errors import ConfigError
+
+        raise ConfigError(
+            config.trust.config_file,
+            f"drift.live.{evalset.spec.name}",
+            "the evalset holds token sequences, whose input drift is not measured; remove it",
+        )
+    return source
 
 
 def outcomes_of_run(history: History, run_id: str) -> list[Outcome]:

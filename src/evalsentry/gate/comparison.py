@@ -34,7 +34,8 @@ from numpy.typing import NDArray
 
 from evalsentry.config import GatePolicy, Tolerance
 from evalsentry.gate.margin import DEFAULT_POWER, detectable_drop, margin_p
-from evalsentry.gate.metrics import Metric, get_metric
+from evalsentry.gate.metric_base import Metric
+from evalsentry.gate.metrics import get_metric
 from evalsentry.gate.multiplicity import benjamini_hochberg, effective_levels, family_adjusted
 from evalsentry.gate.resampling import (
     Columns,

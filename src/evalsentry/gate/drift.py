@@ -214,7 +214,7 @@ def read_live(source: str, evalset: Evalset) -> np.ndarray:
     """
     import pyarrow.parquet as pq
 
-    from evalsentry.evalsets.evalset import inputs_array
+    from evalsentry.evalsets.inputs import inputs_array
 
     fs, path = filesystem(source)
     files = sorted(fs.glob(path)) if glob.has_magic(path) else [path]
@@ -244,9 +244,12 @@ def input_drift(evalset: Evalset, live: np.ndarray, policy: DriftPolicy) -> list
     from scipy.stats import false_discovery_control, ks_2samp
 
     names, summaries = evalset.spec.inputs.columns, row_summaries(evalset.spec, policy)
+    inputs = evalset.inputs
+    if not isinstance(inputs, np.ndarray):
+        raise TypeError(f"evalset {evalset.spec.name!r}: token sequences have no input drift")
     # One threshold for both samples: a live sample's own maximum would hide a change of scale.
-    scale = float(evalset.inputs.max()) if evalset.inputs.size else 1.0
-    reference = feature_table(evalset.inputs, names, summaries, scale=scale)
+    scale = float(inputs.max()) if inputs.size else 1.0
+    reference = feature_table(inputs, names, summaries, scale=scale)
     current = feature_table(live, names, summaries, scale=scale)
     # The asymptotic distribution is accurate at these sample sizes; scipy's exact method fails
     # (and warns) on large samples with ties.

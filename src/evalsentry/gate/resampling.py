@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from evalsentry.config import DEFAULT_SWAPS
-from evalsentry.gate.metrics import Metric
+from evalsentry.gate.metric_base import Metric
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]

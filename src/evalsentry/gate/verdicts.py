@@ -85,7 +85,8 @@ def higher_is_better(metric: str) -> bool:
     A name no metric has (the paired timing's microseconds per example) is a cost: larger is
     worse.
     """
-    from evalsentry.gate.metrics import UnknownMetric, get_metric
+    from evalsentry.gate.metric_base import UnknownMetric
+    from evalsentry.gate.metrics import get_metric
 
     try:
         return get_metric(metric).higher_is_better
