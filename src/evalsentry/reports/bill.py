@@ -238,6 +238,22 @@ def _weeks_between(first: str, last: str) -> list[str]:
     return weeks
 
 
+def _evaluation_rows(evaluations: pd.DataFrame) -> list[dict[str, Any]]:
+    """What the line's evaluations cost per week, and the tokens they counted (null: none)."""
+    from evalsentry.cost.meter import token_counts
+
+    if evaluations.empty:
+        return []
+    spent = (
+        evaluations.assign(tokens=token_counts(evaluations))
+        .groupby(["model", "week"], as_index=False)[["cost", "energy_kwh", "co2_kg", "tokens"]]
+        .sum(min_count=1)
+    )
+    money = ["cost", "energy_kwh", "co2_kg"]
+    spent[money] = spent[money].fillna(0.0)  # tokens stay null: not a token task
+    return [{**r, "part": "evaluation"} for r in spent.to_dict("records")]
+
+
 def lifetime_bill(
     evaluations: pd.DataFrame,
     entries: Sequence[RegistryEntry],
@@ -253,17 +269,7 @@ def lifetime_bill(
     rates = config.cost
     notes: list[str] = []
     rows: list[dict[str, Any]] = _training_rows(entries, rates.currency, notes)
-    if not evaluations.empty:
-        from evalsentry.cost.meter import token_counts
-
-        spent = (
-            evaluations.assign(tokens=token_counts(evaluations))
-            .groupby(["model", "week"], as_index=False)[["cost", "energy_kwh", "co2_kg", "tokens"]]
-            .sum(min_count=1)
-        )
-        money = ["cost", "energy_kwh", "co2_kg"]
-        spent[money] = spent[money].fillna(0.0)  # tokens stay null: not a token task
-        rows += [{**r, "part": "evaluation"} for r in spent.to_dict("records")]
+    rows += _evaluation_rows(evaluations)
     for r in rates_per_prediction.to_dict("records"):
         traffic = config.traffic.get(r["model"])
         if traffic is None:
