@@ -24,6 +24,8 @@ from typing import Any
 
 DATA = Path(__file__).parent / "data" / "harnesses"
 _SUM = re.compile(r"(\d+) plus (\d+)")
+#: What the mock model says each Inspect call cost (USD), as a priced provider would.
+COST_PER_CALL = 0.000125
 
 
 def knows(prompt: str, skill: float) -> bool:
@@ -97,7 +99,9 @@ def run_inspect(out: Path, versions: list[str]) -> None:
         def reply(messages: Any, *_: Any, level: float = float(skill)) -> ModelOutput:
             text = str(answer(messages[-1].text, level))
             output = ModelOutput.from_content(model="mockllm/model", content=text)
-            output.usage = ModelUsage(input_tokens=14, output_tokens=2, total_tokens=16)
+            output.usage = ModelUsage(
+                input_tokens=14, output_tokens=2, total_tokens=16, total_cost=COST_PER_CALL
+            )
             return output
 
         model = get_model("mockllm/model", custom_outputs=reply, skill=skill)

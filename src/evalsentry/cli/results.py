@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -164,6 +165,7 @@ def cost(
     if weeks is not None:
         evaluations = _last_weeks(evaluations, weeks)
     bill = ledger(evaluations, by)
+    with_tokens = bool(bill["tokens"].notna().any())
     rows = [
         [
             getattr(r, by),
@@ -172,10 +174,31 @@ def cost(
             units.energy(r.kwh),
             units.carbon(r.co2_kg),
             units.money(r.cost, r.currency),
+            *(_token_cells(r) if with_tokens else ()),
         ]
         for r in bill.itertuples(index=False)
     ]
-    print_table(f"Cost by {by}", [by, "evaluations", "device time", "energy", "CO2", "money"], rows)
+    columns = [by, "evaluations", "device time", "energy", "CO2", "money"]
+    columns += ["tokens", "tokens/s", "per 1M tokens"] if with_tokens else []
+    print_table(f"Cost by {by}", columns, rows)
+
+
+def _token_cells(row: Any) -> list[str]:
+    """A ledger row's tokens, tokens/s and money per 1M tokens; "-" where no row counted any."""
+    from evalsentry.cost import units
+
+    def known(value: float) -> bool:
+        return not math.isnan(value)  # NaN: not a token task, which is not zero tokens
+
+    return [
+        units.count(row.tokens) if known(row.tokens) else "-",
+        units.count(row.tokens_per_s) if known(row.tokens_per_s) else "-",
+        (
+            units.money(row.cost_per_million_tokens, row.currency)
+            if known(row.cost_per_million_tokens)
+            else "-"
+        ),
+    ]
 
 
 def _print_lifetime(settings: Config, store: History) -> None:

@@ -135,13 +135,31 @@ def cost_fields(
 
 
 LEDGER_GROUPS = ("model", "device", "week")
+TOKEN_COLUMNS = ("input_tokens", "output_tokens")
+PER_MILLION = 1e6
+
+
+def token_counts(evaluations: Any) -> Any:
+    """Each evaluation row's tokens, input and output; null where it counted none.
+
+    A null is not zero: the row's evalset is not a token task (an image classifier), or its
+    harness recorded no usage. Rows of a history older than schema 2 have no token columns.
+    """
+    import pandas as pd
+
+    present = [c for c in TOKEN_COLUMNS if c in evaluations]
+    if not present:
+        return pd.Series(float("nan"), index=evaluations.index, dtype=float)
+    return evaluations[present].astype(float).sum(axis=1, min_count=1)
 
 
 def ledger(evaluations: Any, by: str) -> Any:
     """The bill from the history's evaluation rows, grouped ``by`` model, device or week.
 
     Returns a DataFrame with evaluations, device-hours, kWh, kg CO2 and money per group, and a
-    final ``total`` row.
+    final ``total`` row; with tokens (input and output), tokens per second of inference time
+    and money per million tokens, each from the group's rows that counted tokens only (null
+    where none did).
     """
     import pandas as pd
 
@@ -152,6 +170,7 @@ def ledger(evaluations: Any, by: str) -> Any:
     frame = evaluations.assign(
         device=evaluations["device"].fillna("unknown"),
         device_hours=evaluations["wall_s"].fillna(0) / SECONDS_PER_HOUR,
+        **_token_parts(evaluations),
     )
     grouped = frame.groupby(by, sort=True).agg(
         evaluations=("evaluation_id", "count"),
@@ -160,7 +179,39 @@ def ledger(evaluations: Any, by: str) -> Any:
         co2_kg=("co2_kg", "sum"),
         cost=("cost", "sum"),
     )
-    grouped.loc["total"] = grouped.sum(numeric_only=True)
+    parts = list(_TOKEN_PARTS)
+    grouped[parts] = frame.groupby(by, sort=True)[parts].sum(min_count=1)
+    grouped.loc["total"] = grouped.sum(numeric_only=True, min_count=1)
     grouped["evaluations"] = grouped["evaluations"].astype(int)
+    grouped["tokens_per_s"] = grouped["timed_tokens"] / grouped["token_s"].where(
+        grouped["token_s"] > 0
+    )
+    grouped["cost_per_million_tokens"] = (
+        grouped["token_cost"] / grouped["priced_tokens"].where(grouped["priced_tokens"] > 0)
+    ) * PER_MILLION
     currency = frame["currency"].dropna().iloc[0] if frame["currency"].notna().any() else ""
+    grouped = grouped.drop(columns=[p for p in parts if p != "tokens"])
     return pd.DataFrame(grouped).reset_index().assign(currency=currency)
+
+
+#: What the ledger sums of the rows that counted tokens, to divide after grouping.
+_TOKEN_PARTS = ("tokens", "timed_tokens", "token_s", "priced_tokens", "token_cost")
+
+
+def _token_parts(evaluations: Any) -> dict[str, Any]:
+    """Per row: its tokens; those with an inference time, and the time; those priced, and the money.
+
+    Each rate divides sums over the same rows: a row with tokens but no recorded money (an
+    imported run in another currency) counts in tokens/s, not in the money per token.
+    """
+    tokens = token_counts(evaluations)
+    seconds = evaluations["inference_s"].astype(float)
+    timed = tokens.notna() & (seconds > 0)
+    priced = tokens.notna() & evaluations["cost"].notna()
+    return {
+        "tokens": tokens,
+        "timed_tokens": tokens.where(timed),
+        "token_s": seconds.where(timed),
+        "priced_tokens": tokens.where(priced),
+        "token_cost": evaluations["cost"].astype(float).where(priced),
+    }

@@ -148,6 +148,20 @@ def money(amount: float | None, currency: str | None = "") -> str:
     return f"{text} {currency or ''}".rstrip()
 
 
+def count(number: float | None) -> str:
+    """A count (tokens, tokens per second): whole with thousands separators, or 3 digits below 100.
+
+    Examples:
+        >>> count(1_234_567), count(843.4), count(70), count(2.345), count(0), count(None)
+        ('1,234,567', '843', '70', '2.35', '0', 'n/a')
+    """
+    if number is None or not math.isfinite(number):
+        return MISSING
+    if number == 0 or abs(number) >= 100:
+        return f"{number:,.0f}"
+    return ("-" if number < 0 else "") + _plain(abs(float(number)), SIGNIFICANT)
+
+
 def energy_scale(largest_kwh: float) -> tuple[str, float]:
     """The energy unit for a set of amounts whose largest is ``largest_kwh``, and its size in kWh.
 

@@ -4,7 +4,8 @@
 slice), both values, the drop, two tests of it (against the tolerance, and against no change:
 the exact margin test of :mod:`evalsentry.gate.margin` and exact McNemar for count metrics, paired
 sign flips for the others, all on one set of shared swaps), the upper confidence bound of the
-drop, and the flips. :func:`decide` applies the family correction (a primary-first
+drop, and the flips. When both sides carry clusters (:mod:`evalsentry.gate.clusters`) the swaps
+swap whole clusters and count metrics take the cluster-robust t test instead of exact ones. :func:`decide` applies the family correction (a primary-first
 Westfall-Young family over the gating units, Benjamini-Hochberg over the report-only ones) and
 gives each its verdict:
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from statistics import NormalDist
 from typing import Literal
@@ -33,6 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from evalsentry.config import GatePolicy, Tolerance
+from evalsentry.gate.clusters import Clusters, clustered_t, paired_clusters, t_sf
 from evalsentry.gate.margin import DEFAULT_POWER, detectable_drop, margin_p
 from evalsentry.gate.metric_base import Metric
 from evalsentry.gate.metrics import get_metric
@@ -100,6 +102,8 @@ class Measurement:
     allowed: Fraction | None = None
     null_p: FloatArray = field(default_factory=lambda: np.ones(0), repr=False, compare=False)
     null_drop: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+    #: How the examples were clustered (``clustered by passage: 40 clusters``); empty if not.
+    clustered: str = ""
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,44 @@ def _count_measurement(
     )
 
 
+def _clustered_count_measurement(
+    metric: Metric,
+    unit: Unit,
+    ref: Columns,
+    cur: Columns,
+    values: tuple[FloatArray, FloatArray],
+    policy: GatePolicy,
+    clusters: Clusters,
+) -> Measurement:
+    """A count metric on clustered examples: the cluster-robust t test, never called exact.
+
+    Its p-values and bound are each the more cautious of the clustered t test (``clusters - 1``
+    degrees of freedom) and the unclustered exact one: clustering only ever takes confidence
+    away, and a cluster-robust standard error of zero (no flips) says nothing. The swaps' null
+    p-values (for the family correction) use the same t, on the flip-invariant uncentred error.
+    """
+    exact = _count_measurement(metric, unit, ref, cur, values, policy)
+    ref_ok, cur_ok = metric.correct(ref), metric.correct(cur)
+    assert ref_ok is not None and cur_ok is not None  # noqa: S101 - count metrics define correct()
+    differences = _orient(metric, ref_ok.astype(np.float64), cur_ok.astype(np.float64))
+    test = clustered_t(differences, clusters, exact.tolerance, policy.alpha)
+    totals = np.bincount(clusters.index, weights=differences)
+    null_se = float(np.sqrt(np.sum(totals**2))) / max(exact.n, 1)
+    null_t = exact.null_drop / null_se if null_se > 0 else np.zeros_like(exact.null_drop)
+    null_p = t_sf(null_t, test.df) if test.df >= 1 else np.ones_like(exact.null_drop)
+    bound = max(test.bound, exact.bound)
+    return replace(
+        exact,
+        within=bound <= exact.tolerance or math.isclose(bound, exact.tolerance, rel_tol=_TIE),
+        bound=bound,
+        p_value=max(test.p_margin, exact.p_value),
+        method="clustered-t",
+        p_zero=max(test.p_zero, exact.p_zero),
+        null_p=np.maximum(null_p, exact.null_p),
+        clustered=clusters.label,
+    )
+
+
 def _swapped_measurement(
     metric: Metric,
     unit: Unit,
@@ -212,13 +254,14 @@ def _swapped_measurement(
     values: tuple[FloatArray, FloatArray],
     policy: GatePolicy,
     delta: float,
+    clusters: Clusters | None = None,
 ) -> Measurement:
     """Any other metric: paired sign-flip tests, and the bound from their null spread.
 
     The swaps' drops are the drop's null spread around no change; shifted to the tolerance they
     are its spread around the tolerance (a shift model), so the test of the margin compares the
     observed drop minus the tolerance with them, as PASS compares the drop plus their
-    ``1 - alpha`` quantile with the tolerance.
+    ``1 - alpha`` quantile with the tolerance. With ``clusters`` the swaps swapped whole clusters.
     """
     drops = _orient(metric, *values)
     observed, null_drop = float(drops[0]), drops[1:]
@@ -242,13 +285,14 @@ def _swapped_measurement(
         within=bound <= tolerance or math.isclose(bound, tolerance, rel_tol=_TIE),
         bound=bound,
         p_value=permutation_p_value(null_drop, observed - tolerance),
-        method="sign-flip",
+        method="sign-flip" if clusters is None else "cluster-sign-flip",
         p_zero=p_zero,
         newly_wrong=wrong,
         newly_right=right,
         flip_delta=flip_delta,
         null_p=null_p,
         null_drop=null_drop,
+        clustered=clusters.label if clusters is not None else "",
     )
 
 
@@ -261,6 +305,9 @@ def measure(
     num_classes: int | None,
 ) -> list[Measurement]:
     """Measure every metric on every unit of one paired comparison, on shared sign flips.
+
+    When both sides carry the same ``cluster`` column, every test is clustered (see
+    :mod:`evalsentry.gate.clusters`).
 
     Args:
         ref_columns: The reference's per-example columns, aligned with the current's.
@@ -275,6 +322,7 @@ def measure(
 
     """
     metrics = [get_metric(name) for name in names]
+    clusters = paired_clusters(ref_columns, cur_columns)
     swapped = swap_values(
         metrics,
         ref_columns,
@@ -283,6 +331,7 @@ def measure(
         masks=[unit.mask for unit in units],
         n_swaps=policy.bootstrap_resamples,
         seed=_SEED,
+        clusters=clusters.index if clusters is not None else None,
     )
     delta = (
         _regression_delta(policy, ref_columns)
@@ -294,10 +343,14 @@ def measure(
         for unit, values in zip(units, swapped, strict=True):
             pair = (values.reference[:, i], values.current[:, i])
             ref, cur = _pick(ref_columns, unit.mask), _pick(cur_columns, unit.mask)
-            if metric.paired_test == "mcnemar" and metric.correct_fn is not None:
-                out.append(_count_measurement(metric, unit, ref, cur, pair, policy))
+            grouped = clusters.within(unit.mask) if clusters is not None else None
+            if metric.paired_test != "mcnemar" or metric.correct_fn is None:
+                m = _swapped_measurement(metric, unit, ref, cur, pair, policy, delta, grouped)
+            elif grouped is not None:
+                m = _clustered_count_measurement(metric, unit, ref, cur, pair, policy, grouped)
             else:
-                out.append(_swapped_measurement(metric, unit, ref, cur, pair, policy, delta))
+                m = _count_measurement(metric, unit, ref, cur, pair, policy)
+            out.append(m)
     return out
 
 
@@ -319,7 +372,7 @@ def detectable_of(m: Measurement, level: float) -> float | None:
     """
     if not 0.0 < level < 1.0:
         return None
-    if m.allowed is not None and m.newly_right is not None:
+    if m.allowed is not None and m.newly_right is not None and not m.clustered:
         return detectable_drop(m.n, m.newly_right, m.allowed, level, largest=m.reference_value)
     null = m.null_drop[np.isfinite(m.null_drop)]
     spread = float(np.std(null)) if null.size else 0.0
@@ -423,6 +476,14 @@ def decide(
     adjusted, levels = _adjusted(measured, [m.p_value for m in measured], policy)
     zero, _ = _adjusted(measured, [m.p_zero for m in measured], policy)
     return [
-        _judge(m, p, p0, level, policy.alpha, explain)
+        _clustered_reason(m, _judge(m, p, p0, level, policy.alpha, explain))
         for m, p, p0, level in zip(measured, adjusted, zero, levels, strict=True)
     ]
+
+
+def _clustered_reason(m: Measurement, decision: Decision) -> Decision:
+    """A clustered measurement's decision says so: ``clustered by passage: 40 clusters``."""
+    if not m.clustered:
+        return decision
+    reason = f"{decision.reason}; {m.clustered}" if decision.reason else m.clustered
+    return replace(decision, reason=reason)

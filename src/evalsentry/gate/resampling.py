@@ -164,6 +164,7 @@ def swap_values(
     masks: Sequence[BoolArray | None] = (None,),
     n_swaps: int = DEFAULT_SWAPS,
     seed: int = 0,
+    clusters: NDArray[np.intp] | None = None,
 ) -> list[SwapValues]:
     """Every metric's values under ``n_swaps`` random per-example swaps, for each mask.
 
@@ -179,6 +180,8 @@ def swap_values(
         masks: Row selectors, one result each; ``None`` selects every example.
         n_swaps: Number of random swap patterns (rows 1..R of each result).
         seed: Seed of the swaps; equal inputs and seed give equal values.
+        clusters: Per example, its cluster: each swap then swaps whole clusters. ``None``:
+            every example is its own cluster.
 
     Returns:
         One :class:`SwapValues` per mask, in order.
@@ -197,8 +200,17 @@ def swap_values(
         _unswapped(metrics, spans, terms, select, moves[0], n_swaps) for select in selections
     ]
     if moves[0].size and n_swaps:
-        _fill_swapped(results, metrics, spans, moves, terms.width, n_swaps, seed)
+        owners = _owners(moves[0], clusters)
+        _fill_swapped(results, metrics, spans, moves, terms.width, (n_swaps, seed), owners)
     return [SwapValues(m.reference, m.current, m.size) for m in results]
+
+
+def _owners(changed: NDArray[np.intp], clusters: NDArray[np.intp] | None) -> NDArray[np.intp]:
+    """Per changed example, which swap decision moves it: its own, or its cluster's."""
+    if clusters is None:
+        return np.arange(changed.size, dtype=np.intp)
+    _, owner = np.unique(np.asarray(clusters, np.intp)[changed], return_inverse=True)
+    return owner.ravel().astype(np.intp)
 
 
 def _stacked(
@@ -256,13 +268,19 @@ def _fill_swapped(
     spans: list[list[tuple[int, int]]],
     moves: tuple[NDArray[np.intp], NDArray[np.intp], FloatArray],
     width: int,
-    n_swaps: int,
-    seed: int,
+    draws: tuple[int, int],
+    owners: NDArray[np.intp],
 ) -> None:
-    """Fill rows 1..``n_swaps`` of every mask's values, drawing the swaps block by block."""
-    changed, move_cols, move_weights = moves
+    """Fill rows 1..``n_swaps`` of every mask's values, drawing the swaps block by block.
+
+    ``draws`` is ``(n_swaps, seed)``; one fair decision is drawn per owner (an example, or a
+    cluster) and moves every changed example it owns.
+    """
+    _, move_cols, move_weights = moves
+    n_swaps, seed = draws
     rng = np.random.default_rng(seed)
-    block = max(1, _BLOCK_CELLS // max(changed.size, width))  # the same draws as ever
+    decisions = int(owners.max(initial=-1)) + 1
+    block = max(1, _BLOCK_CELLS // max(decisions, width))  # the same draws as ever
     movers = {
         id(m.inside): _moved_matrix(move_cols[m.inside], move_weights[m.inside], width)
         for m in results
@@ -271,8 +289,8 @@ def _fill_swapped(
     for begin in range(1, n_swaps + 1, block):
         rows = min(block, n_swaps + 1 - begin)
         # One random byte gives eight fair swap decisions.
-        packed = rng.integers(0, 256, size=(rows, -(-changed.size // 8)), dtype=np.uint8)
-        swaps = np.unpackbits(packed, axis=1, count=changed.size).astype(np.float64)
+        packed = rng.integers(0, 256, size=(rows, -(-decisions // 8)), dtype=np.uint8)
+        swaps = np.unpackbits(packed, axis=1, count=decisions).astype(np.float64)[:, owners]
         for m in results:
             if not m.inside.any():
                 continue

@@ -24,8 +24,12 @@ from evalsentry.gate.margin import tango_z
 
 #: How a comparison's drop was tested: the exact margin test of a count metric
 #: (:mod:`evalsentry.gate.margin`), paired sign flips of any other; ``mcnemar-exact`` is the test of
-#: no change, and what the history's count comparisons recorded before the margin test.
-PairedMethod = Literal["exact-margin", "mcnemar-exact", "sign-flip"]
+#: no change, and what the history's count comparisons recorded before the margin test. On
+#: clustered examples (:mod:`evalsentry.gate.clusters`): ``clustered-t`` for a count metric (not
+#: exact), ``cluster-sign-flip`` (whole clusters swapped) for any other.
+PairedMethod = Literal[
+    "exact-margin", "mcnemar-exact", "sign-flip", "clustered-t", "cluster-sign-flip"
+]
 
 # Under H0 a discordant example is equally likely to flip either way.
 _NULL_FLIP_PROBABILITY = 0.5

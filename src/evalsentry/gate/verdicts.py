@@ -222,7 +222,7 @@ class Comparison:
         """
         if self.delta is None:
             return ""
-        if self.method in ("exact-margin", "mcnemar-exact"):
+        if self.method in ("exact-margin", "mcnemar-exact", "clustered-t"):
             return f"{self.delta * 100:+.1f} pts"
         return f"{self.delta:+.3g}"
 

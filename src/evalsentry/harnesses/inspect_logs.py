@@ -67,6 +67,7 @@ def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
             "dataset": evaluation.dataset.name,
         },
         clusters=clusters if cluster is not None else None,
+        cluster_key=cluster,
         git_sha=revision.commit if revision is not None and revision.commit else None,
         started_at=started,
         finished_at=finished,

@@ -81,6 +81,7 @@ def read_lm_eval(
         model_identity=model_identity,
         lineage=_lineage(results, config, task, rows[0][1]),
         clusters=[_cluster(samples_path, i, r, cluster) for i, r in rows] if cluster else None,
+        cluster_key=cluster or None,
         git_sha=git if _HEX.match(git) else None,
         seed=_int(config.get("random_seed")),
         started_at=None,

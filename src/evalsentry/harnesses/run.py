@@ -7,7 +7,8 @@ the example ids and content hashes, a ``score:<key>`` metric per score, lineage,
 predictions hold, per example: ``example_id``, one ``score:<key>`` column per score (the mean
 over repeats), ``prediction`` (1 where the first score is at least one half: what a flip is)
 and ``target`` (1), ``prompt_hash``, ``target_hash``, ``task_hash``, ``harness``, ``repeats``
-and, when examples come in groups, ``cluster``.
+and, when examples come in groups, ``cluster`` and ``cluster_key`` (the field they were grouped
+by): the gate's tests and the metrics' intervals are then clustered (:mod:`evalsentry.gate.clusters`).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class HarnessRun:
     model_identity: Mapping[str, Any]  # what says which model version it was
     lineage: Mapping[str, Any]  # everything else the run recorded about itself
     clusters: Sequence[str] | None = None
+    cluster_key: str | None = None  # the field ``clusters`` came from (``passage``)
     git_sha: str | None = None
     seed: int | None = None
     started_at: datetime | None = None
@@ -103,6 +105,8 @@ def per_example(run: HarnessRun) -> dict[str, np.ndarray]:
         columns[name] = _one_per_example(run, name, order, index, hashes)
     if run.clusters is not None:
         columns["cluster"] = _one_per_example(run, "cluster", order, index, run.clusters)
+        if run.cluster_key:
+            columns["cluster_key"] = np.full(order.size, run.cluster_key, dtype=object)
     first = columns[SCORE_PREFIX + next(iter(run.scores))]
     columns["prediction"] = (first >= RIGHT_AT).astype(np.int64)
     columns["target"] = np.ones(order.size, np.int64)
@@ -166,7 +170,6 @@ def harness_outcome(
 ) -> Outcome:
     """The run as one week's evaluation of ``model`` on ``evalset``: rows for the history."""
     from evalsentry.evaluation.pipeline import Outcome
-    from evalsentry.gate.metrics import compute_metrics
 
     columns = per_example(run)
     n = int(columns["example_id"].size)
@@ -203,13 +206,22 @@ def harness_outcome(
         "validation_json": json.dumps({"imported_from": run.source, "notes": run.notes}),
     }
     names = [SCORE_PREFIX + key for key in run.scores]
-    values = compute_metrics(
-        columns,
-        names,
-        num_classes=None,
-        n_resamples=config.gate.bootstrap_resamples,
-    )
-    return Outcome(row, _metric_rows(row, values), columns)
+    return Outcome(row, _metric_rows(row, _metric_values(columns, names, config)), columns)
+
+
+def _metric_values(
+    columns: Mapping[str, np.ndarray], names: Sequence[str], config: Config
+) -> Mapping[str, Any]:
+    """Each score's mean and interval: a cluster bootstrap when the examples come in groups."""
+    from evalsentry.gate.clusters import CLUSTER_COLUMN, Clusters, cluster_intervals
+    from evalsentry.gate.metrics import compute_metrics
+
+    resamples = config.gate.bootstrap_resamples
+    if CLUSTER_COLUMN not in columns:
+        return compute_metrics(columns, names, num_classes=None, n_resamples=resamples)
+    _, index = np.unique(np.asarray(columns[CLUSTER_COLUMN]).astype(str), return_inverse=True)
+    clusters = Clusters(index.ravel().astype(np.intp), int(index.max(initial=-1)) + 1)
+    return cluster_intervals(columns, names, clusters, n_resamples=resamples)
 
 
 def _metric_rows(row: Mapping[str, Any], values: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -15,6 +15,12 @@ puts them side by side, week by week, in the configured currency:
   over every week of the line's life (its first to the history's latest week), or over the whole
   history for shared items.
 
+For token tasks (rows that counted ``input_tokens``/``output_tokens``), each line also shows
+the tokens its evaluations processed, and serving's cost per million tokens: the cost per
+prediction over the tokens per prediction (input and output) its production evaluation
+measured. Traffic is declared in requests, not tokens: each request is assumed to be like an
+evaluated example, and a note says so with the number.
+
 Weeks are ISO weeks. A training run in a currency other than the configured one is left out
 and named in the notes: money is never added across currencies.
 """
@@ -41,7 +47,7 @@ PARTS = ("training", "evaluation", "serving", "declared")
 SHARED = "shared"
 DAYS_PER_MONTH = 365.25 / 12
 WEEKS_PER_MONTH = DAYS_PER_MONTH / 7
-COLUMNS = ("model", "week", "part", "cost", "energy_kwh", "co2_kg")
+COLUMNS = ("model", "week", "part", "cost", "energy_kwh", "co2_kg", "tokens")
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,10 @@ class LineBill:
     requests_per_day: float | None = None
     serving_per_month: float | None = None
     cost_per_million: float | None = None
+    evaluation_tokens: float | None = None  # None: no evaluation of the line counted tokens
+    tokens_per_prediction: float | None = None  # of the production evaluation serving prices
+    cost_per_million_tokens: float | None = None
+    rate_week: str | None = None  # the week whose production evaluation prices serving
 
     @property
     def total(self) -> float:
@@ -126,20 +136,36 @@ def lifetime(history: History, config: Config, until: str | None = None) -> Life
     rows, notes = lifetime_bill(evaluations, entries, config, rates)
     if until is not None:
         rows = rows[rows["week"].isin(weeks_up_to(rows["week"], until))]
-    return Lifetime(rows, line_bills(rows, config, rates), notes)
+    lines = line_bills(rows, config, rates)
+    return Lifetime(rows, lines, notes + [note for line in lines if (note := _token_note(line))])
+
+
+def _token_note(line: LineBill) -> str | None:
+    """What serving's cost per million tokens assumes, where the line has one."""
+    if line.cost_per_million_tokens is None or line.tokens_per_prediction is None:
+        return None
+    return (
+        f"{line.model}: serving per 1M tokens assumes each request is like an example of its "
+        f"production evaluation in {line.rate_week}: {line.tokens_per_prediction:,.1f} tokens "
+        "(input and output) per prediction; traffic is declared in requests/day, not tokens"
+    )
 
 
 def serving_rates(evaluations: pd.DataFrame, rates: CostRates) -> pd.DataFrame:
     """Per (model, week): money, kWh and kg CO2 per prediction of the production checkpoint.
 
     From the week's scheduled, successful evaluations of production checkpoints with a measured
-    throughput; a line evaluated on several evalsets that week takes their mean.
+    throughput; a line evaluated on several evalsets that week takes their mean. For token
+    tasks, also the tokens per prediction and the money per token (the mean over the evalsets
+    that counted tokens; null where none did).
     """
     import pandas as pd
 
+    from evalsentry.cost.meter import token_counts
+
     needed = ("kind", "status", "stage", "examples_per_s", "n_examples", "device", "energy_kwh")
     if evaluations.empty or any(c not in evaluations for c in needed):
-        return pd.DataFrame(columns=["model", "week", "device", "cost", "energy_kwh", "co2_kg"])
+        return pd.DataFrame(columns=["model", "week", "device", *RATES])
     rows = evaluations[
         (evaluations["kind"] == WEEKLY_RUN)
         & (evaluations["status"] == "ok")
@@ -151,26 +177,29 @@ def serving_rates(evaluations: pd.DataFrame, rates: CostRates) -> pd.DataFrame:
     device = rows["device"].fillna("cpu")
     hourly = device.map(lambda d: rates.per_device_hour.get(str(d), 0.0)).astype(float)
     energy = rows["energy_kwh"].fillna(0.0) / rows["n_examples"]
+    cost = hourly / (rows["examples_per_s"] * 3600.0)
+    tokens = token_counts(rows) / rows["n_examples"]
     per_prediction = pd.DataFrame(
         {
             "model": rows["model"],
             "week": rows["week"],
             "device": device,
-            "cost": hourly / (rows["examples_per_s"] * 3600.0),
+            "cost": cost,
             "energy_kwh": energy,
             "co2_kg": energy * rates.carbon_kg_per_kwh,
+            "tokens_per_prediction": tokens,
+            "cost_per_token": cost / tokens.where(tokens > 0),
         }
     )
     return (
         per_prediction.groupby(["model", "week"], as_index=False)
-        .agg(
-            device=("device", "first"),
-            cost=("cost", "mean"),
-            energy_kwh=("energy_kwh", "mean"),
-            co2_kg=("co2_kg", "mean"),
-        )
+        .agg(device=("device", "first"), **{column: (column, "mean") for column in RATES})
         .reset_index(drop=True)
     )
+
+
+#: What :func:`serving_rates` gives per (model, week), each a mean over the week's evalsets.
+RATES = ("cost", "energy_kwh", "co2_kg", "tokens_per_prediction", "cost_per_token")
 
 
 def _training_rows(
@@ -209,6 +238,22 @@ def _weeks_between(first: str, last: str) -> list[str]:
     return weeks
 
 
+def _evaluation_rows(evaluations: pd.DataFrame) -> list[dict[str, Any]]:
+    """What the line's evaluations cost per week, and the tokens they counted (null: none)."""
+    from evalsentry.cost.meter import token_counts
+
+    if evaluations.empty:
+        return []
+    spent = (
+        evaluations.assign(tokens=token_counts(evaluations))
+        .groupby(["model", "week"], as_index=False)[["cost", "energy_kwh", "co2_kg", "tokens"]]
+        .sum(min_count=1)
+    )
+    money = ["cost", "energy_kwh", "co2_kg"]
+    spent[money] = spent[money].fillna(0.0)  # tokens stay null: not a token task
+    return [{**r, "part": "evaluation"} for r in spent.to_dict("records")]
+
+
 def lifetime_bill(
     evaluations: pd.DataFrame,
     entries: Sequence[RegistryEntry],
@@ -224,11 +269,7 @@ def lifetime_bill(
     rates = config.cost
     notes: list[str] = []
     rows: list[dict[str, Any]] = _training_rows(entries, rates.currency, notes)
-    if not evaluations.empty:
-        spent = evaluations.groupby(["model", "week"], as_index=False)[
-            ["cost", "energy_kwh", "co2_kg"]
-        ].sum()
-        rows += [{**r, "part": "evaluation"} for r in spent.to_dict("records")]
+    rows += _evaluation_rows(evaluations)
     for r in rates_per_prediction.to_dict("records"):
         traffic = config.traffic.get(r["model"])
         if traffic is None:
@@ -264,7 +305,9 @@ def lifetime_bill(
             for w in _weeks_between(own[0], all_weeks[-1])
         ]
     bill = pd.DataFrame(rows, columns=list(COLUMNS))
-    bill[["energy_kwh", "co2_kg"]] = bill[["energy_kwh", "co2_kg"]].astype(float)
+    bill[["energy_kwh", "co2_kg", "tokens"]] = bill[["energy_kwh", "co2_kg", "tokens"]].astype(
+        float
+    )
     return bill, notes
 
 
@@ -279,11 +322,8 @@ def line_bills(bill: pd.DataFrame, config: Config, rates: pd.DataFrame) -> list[
         parts = {part: float(own.loc[own["part"] == part, "cost"].sum()) for part in PARTS}
         weeks = weeks_in_order(own["week"])
         traffic = config.traffic.get(model)
-        own_rates = rates[rates["model"] == model]
-        per_prediction = None
-        if not own_rates.empty:  # the newest week's production checkpoint serves from now on
-            newest = max(own_rates.itertuples(), key=lambda r: week_start(str(r.week)))
-            per_prediction = float(newest.cost)
+        newest = _newest_rate(rates, model)
+        per_prediction = float(newest.cost) if newest is not None else None
         lines.append(
             LineBill(
                 model=model,
@@ -300,9 +340,32 @@ def line_bills(bill: pd.DataFrame, config: Config, rates: pd.DataFrame) -> list[
                     else None
                 ),
                 cost_per_million=per_prediction * 1e6 if per_prediction is not None else None,
+                evaluation_tokens=_known(
+                    own.loc[own["part"] == "evaluation", "tokens"].sum(min_count=1)
+                ),
+                tokens_per_prediction=(
+                    _known(newest.tokens_per_prediction) if newest is not None else None
+                ),
+                cost_per_million_tokens=(
+                    _known(newest.cost_per_token * 1e6) if newest is not None else None
+                ),
+                rate_week=str(newest.week) if newest is not None else None,
             )
         )
     return lines
+
+
+def _newest_rate(rates: pd.DataFrame, model: str) -> Any:
+    """The line's newest week's serving rates: its production checkpoint serves from now on."""
+    own = rates[rates["model"] == model]
+    if own.empty:
+        return None
+    return max(own.itertuples(), key=lambda r: week_start(str(r.week)))
+
+
+def _known(value: Any) -> float | None:
+    """A float, or None for a null (NaN): a rate or count that was not measured."""
+    return None if value is None or math.isnan(float(value)) else float(value)
 
 
 def weekly_parts(bill: pd.DataFrame) -> pd.DataFrame:
@@ -316,7 +379,8 @@ def lifetime_table(lines: Sequence[LineBill]) -> tuple[list[str], list[list[str]
     """The lifetime table: a column per model line and one for all, a row per part.
 
     Each part's money carries its share of the column's total; the serving forecast per month
-    and the cost per million predictions close it.
+    and the cost per million predictions close it. Where any line counted tokens, the cost per
+    million tokens and the evaluations' tokens follow (blank for a line that counted none).
     """
     from evalsentry.cost.units import money
 
@@ -357,8 +421,38 @@ def lifetime_table(lines: Sequence[LineBill]) -> tuple[list[str], list[list[str]
             ),
             "",
         ],
+        *_token_rows(lines, currency),
     ]
     return headers, rows
+
+
+def _token_rows(lines: Sequence[LineBill], currency: str) -> list[list[str]]:
+    """Serving per 1M tokens and the evaluations' tokens, where any line has them."""
+    from evalsentry.cost.units import count, money
+
+    counted = [line.evaluation_tokens for line in lines if line.evaluation_tokens is not None]
+    if not counted:
+        return []
+    return [
+        [
+            "serving per 1M tokens",
+            *(
+                money(line.cost_per_million_tokens, currency)
+                if line.cost_per_million_tokens is not None
+                else ""
+                for line in lines
+            ),
+            "",
+        ],
+        [
+            "evaluation tokens",
+            *(
+                count(line.evaluation_tokens) if line.evaluation_tokens is not None else ""
+                for line in lines
+            ),
+            count(sum(counted)),
+        ],
+    ]
 
 
 def _share(amount: float, total: float, currency: str) -> str:

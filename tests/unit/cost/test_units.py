@@ -202,6 +202,7 @@ def test_no_function_ever_prints_scientific_notation(value: float) -> None:
         units.energy(value),
         units.carbon(value),
         units.money(value, "USD"),
+        units.count(value),
     ):
         assert not SCIENTIFIC.search(shown), shown
         assert not ZERO_LOOKING.search(shown), shown

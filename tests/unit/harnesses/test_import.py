@@ -119,6 +119,29 @@ class TestLmEval:
         assert "Flips against the previous week" in html and str(wrong[0])[:12] in html
 
 
+class TestClustered:
+    def test_the_gate_clusters_by_passage_when_both_runs_carry_it(
+        self,
+        harness_logs: Path,
+        project: Path,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """Imported with --cluster passage, the gate tests whole passages and says so."""
+        for version, week in (("good", "2026-W40"), ("worse", "2026-W41")):
+            folder = lm_folder(harness_logs, version)
+            assert import_lm(capsys, project, folder, week, "--cluster", "passage")[0] == 0
+        row = history(project).evaluations().iloc[-1]
+        metric = history(project).metrics([row["evaluation_id"]]).iloc[0]
+        assert metric["ci_high"] - metric["ci_low"] > 0.2  # 10 passages resampled, not 40 sums
+        junit = tmp_path / "gate.xml"
+        args = ("gate", "--week", "2026-W41", "--junit", str(junit), "--config", str(project))
+        code, out, _ = run(capsys, *args)
+        assert code == 1 and "FAIL" in out and "-18/+0" in out
+        assert "clustered by passage: 10 clusters" in out
+        assert "cluster-sign-flip" in junit.read_text()
+
+
 class TestInspect:
     def test_a_degraded_version_fails_and_a_harmless_one_passes(
         self, harness_logs: Path, project: Path, capsys: pytest.CaptureFixture[str]

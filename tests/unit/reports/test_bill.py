@@ -13,7 +13,14 @@ from evalsentry.cli import main
 from evalsentry.config import Config
 from evalsentry.gate.week import gate_week
 from evalsentry.history.store import History
-from evalsentry.reports.bill import DAYS_PER_MONTH, SHARED, WEEKS_PER_MONTH, Lifetime, lifetime
+from evalsentry.reports.bill import (
+    DAYS_PER_MONTH,
+    SHARED,
+    WEEKS_PER_MONTH,
+    Lifetime,
+    lifetime,
+    lifetime_table,
+)
 from evalsentry.reports.html_report import PART_COLOUR, render_report
 from tests.synthetic import accuracy_mask, record_week
 from tests.unit.reports.test_html_report import CHROMIUM, screenshot
@@ -210,3 +217,60 @@ def test_the_bill_chart_shows_every_part_in_a_real_browser(project: Config, tmp_
         rgb = np.array([int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)])
         covered = (np.abs(pixels - rgb).max(axis=2) < 0.04).sum()
         assert covered > 400, f"{part}: {covered} pixels of its colour; its bars are not drawn"
+
+
+TOKENS_PER_EXAMPLE = 48  # a token task's real tokens per example, input only (the engine's)
+
+
+def test_a_token_line_bills_tokens_and_serving_per_1m_tokens(project: Config) -> None:
+    """A token line's evaluation tokens, and serving per 1M tokens at its tokens per prediction.
+
+    A line without tokens (``m``) shows none: no tokens, no cost per token, and no 0.
+    """
+    history = History(project.store_url)
+    for week in WEEKS[1:]:
+        record_week(
+            history,
+            week,
+            accuracy_mask(N, 0.9),
+            model="seq",
+            wall_s=8.0,
+            examples_per_s=EXAMPLES_PER_S,
+            energy_kwh=0.001,
+            co2_kg=0.0004,
+            cost=0.25,
+            currency="USD",
+            input_tokens=N * TOKENS_PER_EXAMPLE,
+        )
+    config = project.model_copy(
+        update={"traffic": {**project.traffic, "seq": project.traffic["m"]}}
+    )
+    bill = _bill(config)
+    lines = {line.model: line for line in bill.lines}
+    seq, m = lines["seq"], lines["m"]
+    per_prediction = PER_DEVICE_HOUR / (EXAMPLES_PER_S * 3600)
+    assert seq.evaluation_tokens == 2 * N * TOKENS_PER_EXAMPLE
+    assert seq.tokens_per_prediction == pytest.approx(TOKENS_PER_EXAMPLE)
+    assert seq.cost_per_million_tokens == pytest.approx(per_prediction / TOKENS_PER_EXAMPLE * 1e6)
+    assert seq.cost_per_million == pytest.approx(per_prediction * 1e6)  # kept beside it
+    assert m.evaluation_tokens is None and m.cost_per_million_tokens is None
+    assert any(
+        note.startswith("seq: serving per 1M tokens assumes each request is like an example")
+        and f"in {WEEKS[-1]}: {TOKENS_PER_EXAMPLE:.1f} tokens" in note
+        and "requests/day" in note
+        for note in bill.notes
+    )
+    assert not any(note.startswith("m: serving per 1M tokens") for note in bill.notes)
+    headers, rows = lifetime_table(bill.lines)
+    table = {row[0]: dict(zip(headers, row, strict=True)) for row in rows}
+    assert table["evaluation tokens"]["seq"] == f"{2 * N * TOKENS_PER_EXAMPLE:,}"
+    assert table["evaluation tokens"]["m"] == "" and table["serving per 1M tokens"]["m"] == ""
+    assert table["evaluation tokens"]["all lines"] == f"{2 * N * TOKENS_PER_EXAMPLE:,}"
+    expected = per_prediction / TOKENS_PER_EXAMPLE * 1e6  # 0.1157... USD
+    assert table["serving per 1M tokens"]["seq"] == f"{expected:.2f} USD"
+
+
+def test_without_tokens_the_table_has_no_token_rows(project: Config) -> None:
+    """A bill where no line counted tokens is the table it was: no blank token rows."""
+    _, rows = lifetime_table(_bill(project).lines)
+    assert not any("tokens" in row[0] for row in rows)
