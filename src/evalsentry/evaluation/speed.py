@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,23 +65,23 @@ def time_pair(
     examples: int = EXAMPLES,
     batch_size: int = 512,
 ) -> PairedTiming:
-    """Time both models over the evalset's first ``examples`` inputs, ``rounds`` times each."""
+    """Time both models over the evalset's first ``examples`` inputs, ``rounds`` times each.
+
+    A token evalset is timed whole, in its length-sorted padded batches, as it is evaluated.
+    """
     import torch
 
-    from evalsentry.evaluation.inference import resolve_device, staged
+    from evalsentry.evaluation.inference import resolve_device
 
     target = torch.device(resolve_device(device))
-    inputs, _ = staged(evalset, target)
-    sample = inputs[:examples]
+    run, size = _runner(evalset, target, examples, batch_size)
     models = [m.to(target).eval() for m in (reference, current)]
 
     def once(model: torch.nn.Module) -> float:
         if target.type == "cuda":
             torch.cuda.synchronize(target)
         start = time.perf_counter()
-        with torch.inference_mode():
-            for i in range(0, len(sample), batch_size):
-                model(sample[i : i + batch_size].to(target, non_blocking=True, copy=True))
+        run(model)
         if target.type == "cuda":
             torch.cuda.synchronize(target)
         return time.perf_counter() - start
@@ -95,4 +96,37 @@ def time_pair(
         for which in (0, 1) if round_ % 2 == 0 else (1, 0):
             # The fastest pass: another process can only add time to a pass, never take it away.
             seconds[which].append(min(once(models[which]) for _ in range(passes)))
-    return PairedTiming(seconds[0], seconds[1], len(sample), str(target))
+    return PairedTiming(seconds[0], seconds[1], size, str(target))
+
+
+def _runner(
+    evalset: Evalset, target: torch.device, examples: int, batch_size: int
+) -> tuple[Callable[[torch.nn.Module], None], int]:
+    """One timed pass of a model over the evalset's sample, and how many examples it reads."""
+    import torch
+
+    from evalsentry.evaluation.inference import staged
+    from evalsentry.evaluation.sequences import forward_tokens
+
+    if evalset.spec.inputs.is_tokens:
+
+        def tokens(model: torch.nn.Module) -> None:
+            forward_tokens(
+                model,
+                model,
+                evalset,
+                target,
+                batch_size=batch_size,
+                precision="fp32",
+                progress=None,
+            )
+
+        return tokens, len(evalset)
+    sample = staged(evalset, target)[0][:examples]
+
+    def tensors(model: torch.nn.Module) -> None:
+        with torch.inference_mode():
+            for i in range(0, len(sample), batch_size):
+                model(sample[i : i + batch_size].to(target, non_blocking=True, copy=True))
+
+    return tensors, len(sample)

@@ -41,7 +41,7 @@ def flipped_ids(
     """The example ids newly wrong and newly right in ``evaluation_id`` against the reference.
 
     None when either evaluation's predictions are missing, their examples differ, or the task
-    has no right or wrong to flip (regression: float predictions).
+    has no right or wrong to flip (regression: float predictions; language modelling: none).
     """
     from evalsentry.gate.pairs import align
     from evalsentry.gate.stats import flip_masks
@@ -51,12 +51,19 @@ def flipped_ids(
     if current is None or reference is None:
         return None
     aligned = align(reference, current)
-    if aligned is None or np.issubdtype(current["prediction"].dtype, np.floating):
+    if aligned is None or not _labelled(current) or np.issubdtype(
+        current["prediction"].dtype, np.floating
+    ):
         return None
     newly_wrong, newly_right = flip_masks(
         aligned["prediction"] == aligned["target"], current["prediction"] == current["target"]
     )
     return current["example_id"][newly_wrong], current["example_id"][newly_right]
+
+
+def _labelled(columns: dict[str, np.ndarray]) -> bool:
+    """Whether predictions can be right or wrong: they have a prediction and a target."""
+    return "prediction" in columns and "target" in columns
 
 
 def _label(c: Comparison) -> str:

@@ -287,7 +287,8 @@ def _flag_nondeterminism(
     """Same checkpoint, same data, different predictions: the environment changed something."""
     if current["checkpoint_sha256"] != reference["checkpoint_sha256"]:
         return out
-    flipped = int((cur_cols["prediction"] != ref_cols["prediction"]).sum())
+    column = "prediction" if "prediction" in cur_cols else "loss"  # a language model's score
+    flipped = int((cur_cols[column] != ref_cols[column]).sum())
     if not flipped:
         return out
     changes = [

@@ -180,8 +180,10 @@ def _flips(history: History, current: pd.Series, previous: pd.Series | None) -> 
         history.predictions(previous["evaluation_id"]),
     )
     aligned = align(ref, cur) if cur is not None and ref is not None else None
-    if aligned is None or cur is None or np.issubdtype(cur["prediction"].dtype, np.floating):
-        return []  # not comparable, or a regression task: no right or wrong to flip
+    if aligned is None or cur is None or "prediction" not in cur:
+        return []  # not comparable, or a language model: no right or wrong to flip
+    if np.issubdtype(cur["prediction"].dtype, np.floating):
+        return []  # a regression task: no right or wrong to flip
     newly_wrong, newly_right = flip_masks(
         aligned["prediction"] == aligned["target"], cur["prediction"] == cur["target"]
     )
