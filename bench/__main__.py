@@ -28,6 +28,7 @@ from bench import (
     bench_pipeline,
     bench_run,
     bench_scale,
+    bench_text,
     gate_power,
     gpu,
 )
@@ -41,6 +42,7 @@ BENCHMARKS: dict[str, Callable[[bool], dict[str, float]]] = {
     ),
     "metrics": lambda quick: bench_metrics.run(),
     "pipeline": lambda quick: bench_pipeline.run(seconds=2.0 if quick else 20.0),
+    "text": lambda quick: bench_text.run(rounds=2 if quick else 5),
     "cold_start": lambda quick: bench_cold_start.run(rounds=3 if quick else 7),
     "candidate": lambda quick: bench_candidate.run(rounds=1 if quick else 3),
     "run": lambda quick: bench_run.run(rounds=1 if quick else 2),
