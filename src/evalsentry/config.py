@@ -42,6 +42,9 @@ DEFAULT_METRIC_TOLERANCES: dict[str, float | str] = {
     "nll": "10%",
     "ece": 0.02,
     "r2": 0.01,  # absolute: a relative tolerance of an r2 near 0 allows nothing
+    # A language model: 5% more perplexity, the same as 0.05 nats more per token.
+    "perplexity": "5%",
+    "token_nll": 0.05,
 }
 #: Seconds one evaluation (building the model and running it over the evalset) may take before
 #: its process is killed and the pair recorded as an error: generous, a backstop against hangs.
