@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -13,12 +15,18 @@ from evalsentry.history.store import History
 
 
 @task(name="gate-week", cache_policy=NO_CACHE)
-def gate_week(store_url: str, week: str, config: Config) -> GateReport:
-    """The week's verdict: every result recorded for it, and its drift, as ``evalsentry gate``."""
+def gate_week(
+    store_url: str, week: str, config: Config, models: Sequence[str] | None = None
+) -> GateReport:
+    """The week's verdict: every result recorded for it, and its drift, as ``evalsentry gate``.
+
+    ``models``: only these model lines' results (a flow that records some lines only).
+    """
     return gate.gate_week(
         History(store_url),
         week,
         config.gate,
+        models=models,
         evalsets_dir=config.evalsets_dir,
         drift=config.drift,
     )

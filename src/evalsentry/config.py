@@ -20,6 +20,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -28,7 +29,8 @@ from evalsentry.documents import (
     _parse_yaml,
     config_error,
 )
-from evalsentry.errors import ConfigError, did_you_mean
+from evalsentry.errors import ConfigError, InvalidName, did_you_mean
+from evalsentry.names import check_name
 from evalsentry.trust import DEFAULT_MAX_CHECKPOINT_BYTES, TRUSTED_ENTRY, Trust
 
 CONFIG_FILE = "evalsentry.yaml"
@@ -228,6 +230,51 @@ class ModelBinding(BaseModel):
     )
 
 
+class ImportSource(BaseModel):
+    """One model line's harness results, which the ``import-results`` flow picks up weekly.
+
+    The options are those of ``evalsentry import lm-eval`` / ``import inspect``.
+    """
+
+    model_config = SETTINGS
+    harness: Literal["lm-eval", "inspect"]
+    results: str = Field(
+        min_length=1,
+        description="a folder or glob (relative to this file) of lm-eval output folders or "
+        "results_*.json files, or of Inspect logs (.eval/.json) and folders of .eval logs",
+    )
+    task: str | None = Field(None, description="lm-eval: the task, when a run holds several")
+    filter: str | None = Field(None, description="lm-eval: the filter, when the task logs several")
+    evalset: str | None = Field(None, description="default: lm-eval.<task> or inspect.<task>")
+    cluster: str | None = Field(None, description="field whose equal values group examples")
+    allow_harness_change: bool = False
+
+    @field_validator("task", "filter")
+    @classmethod
+    def _lm_eval_only(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("harness") == "inspect":
+            raise ValueError("an lm-eval option; an Inspect log holds one task: remove it")
+        return value
+
+    @field_validator("evalset")
+    @classmethod
+    def _evalset_name(cls, value: str | None) -> str | None:
+        try:
+            return check_name("evalset", value) if value is not None else None
+        except InvalidName as exc:
+            raise ValueError(str(exc)) from None
+
+
+def _line_names(sources: dict[str, ImportSource]) -> dict[str, ImportSource]:
+    """``imports:`` keyed by valid model line names."""
+    for line in sources:
+        try:
+            check_name("model", line)
+        except InvalidName as exc:
+            raise ValueError(str(exc)) from None
+    return sources
+
+
 class Config(BaseModel):
     """``evalsentry.yaml``."""
 
@@ -246,6 +293,10 @@ class Config(BaseModel):
         default_factory=dict,
         description="model line -> its evalsets; an unbound model runs on the only evalset, "
         "and is an error where there are several",
+    )
+    imports: Annotated[dict[str, ImportSource], AfterValidator(_line_names)] = Field(
+        default_factory=dict,
+        description="model line -> the harness results the import-results flow picks up",
     )
     inference_timeout_s: float = Field(
         DEFAULT_INFERENCE_TIMEOUT_S,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import itertools
 import json
 from pathlib import Path
 
@@ -18,7 +20,12 @@ def test_every_deployment_parses_and_its_entrypoint_imports() -> None:
 
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     deployments = {d["name"]: d for d in spec["deployments"]}
-    assert set(deployments) == {"weekly-eval", "evaluate-candidate", "evaluate-one"}
+    assert set(deployments) == {
+        "weekly-eval",
+        "import-results",
+        "evaluate-candidate",
+        "evaluate-one",
+    }
     for deployment in deployments.values():
         path, name = deployment["entrypoint"].split(":")
         assert path.startswith("evalsentry.flows.")  # a module of the installed package
@@ -29,6 +36,14 @@ def test_every_deployment_parses_and_its_entrypoint_imports() -> None:
         assert set(deployment.get("parameters", {})) <= set(flow.parameters.properties)
     schedule = deployments["weekly-eval"]["schedules"][0]
     assert (schedule["cron"], schedule["timezone"]) == ("0 6 * * 1", "UTC")
+    imports = deployments["import-results"]
+    assert imports["entrypoint"] == "evalsentry.flows.import_results:import_results"
+    schedule = imports["schedules"][0]
+    assert (schedule["cron"], schedule["timezone"], schedule["active"]) == (
+        "0 5 * * 1",
+        "UTC",
+        True,
+    )
     assert (
         "schedules" not in deployments["evaluate-candidate"]
         and "schedules" not in deployments["evaluate-one"]
@@ -105,3 +120,23 @@ def test_the_alert_automations_are_valid_for_the_prefect_api() -> None:
         assert rendered["headline"] == f"2026-W50: {words}"
         assert rendered["text"].splitlines()[0] == f"evalsentry: 2026-W50: {words}"
         assert rendered["run"]["name"] == "brave-otter"
+
+
+def test_the_import_results_deployment_runs_its_flow_once_a_week() -> None:
+    """import-results deploys the import flow; the server's reading of its cron fires weekly."""
+    from datetime import UTC, datetime, timedelta
+
+    from prefect.server.schemas.schedules import CronSchedule
+
+    from evalsentry.flows.import_results import import_results
+
+    spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    deployment = next(d for d in spec["deployments"] if d["name"] == "import-results")
+    path, name = deployment["entrypoint"].split(":")
+    assert getattr(importlib.import_module(path), name) is import_results
+    import_results.validate_parameters(deployment["parameters"])
+    (schedule,) = deployment["schedules"]
+    cron = CronSchedule(cron=schedule["cron"], timezone=schedule["timezone"])
+    fires = asyncio.run(cron.get_dates(n=3, start=datetime(2026, 12, 1, tzinfo=UTC)))
+    assert [b - a for a, b in itertools.pairwise(fires)] == [timedelta(days=7)] * 2
+    assert (fires[0].weekday(), fires[0].hour) == (0, 5)  # Monday, before weekly-eval at 6

@@ -41,7 +41,8 @@ def read_lm_eval(
     """The run of one task in ``folder`` (searched recursively for one ``results_*.json``).
 
     Args:
-        folder: What ``--output_path`` was given (or the model's folder inside it).
+        folder: What ``--output_path`` was given (or the model's folder inside it), or one
+            run's ``results_*.json`` in it.
         task: The task, when the run holds several.
         filter_name: The filter (``filter`` of each sample), when the task logs several.
         cluster: A field of each document whose equal values form one cluster.
@@ -120,6 +121,8 @@ def _lineage(
 
 
 def _results_file(folder: Path) -> Path:
+    if folder.is_file() and folder.name.startswith("results_") and folder.suffix == ".json":
+        return folder  # one run of a folder lm-eval wrote several into
     if not folder.is_dir():
         raise HarnessLogInvalid(folder, "", "not a folder", f"give the folder {_FIX_RERUN[7:]}")
     found = sorted(folder.rglob("results_*.json"))

@@ -247,8 +247,26 @@ def _metric_rows(row: Mapping[str, Any], values: Mapping[str, Any]) -> list[dict
     ]
 
 
+def run_identity(run: HarnessRun) -> str:
+    """What tells this harness run from any other, whatever folder it lies in: a content hash.
+
+    Its harness, task, model, lineage (an Inspect run's ``run_id``; lm-eval's seeds and hashes),
+    times and examples; not its scores or clusters, which the import options (a filter, a
+    cluster field) change for the same run. Recorded as ``import_id`` in ``config_json``.
+    """
+    lineage = {k: v for k, v in run.lineage.items() if k != "filter"}
+    return content_hash(
+        [
+            run.harness, run.harness_version, run.task, run.task_hash, run.model,
+            dict(run.model_identity), lineage, run.started_at, run.finished_at,
+            list(run.example_ids), list(run.prompt_hashes), list(run.target_hashes),
+        ]
+    )  # fmt: skip
+
+
 def _lineage(run: HarnessRun) -> dict[str, Any]:
     return {
+        "import_id": run_identity(run),
         "harness": run.harness,
         "harness_version": run.harness_version,
         "task": run.task,

@@ -60,7 +60,12 @@ class TestInit:
         assert main(["init", str(tmp_path)]) == 0
         document = _yaml(tmp_path / "prefect.yaml")
         deployments = {d["name"]: d for d in document["deployments"]}
-        assert set(deployments) == {"weekly-eval", "evaluate-candidate", "evaluate-one"}
+        assert set(deployments) == {
+            "weekly-eval",
+            "import-results",
+            "evaluate-candidate",
+            "evaluate-one",
+        }
         for deployment in deployments.values():
             module, _, attr = deployment["entrypoint"].partition(":")
             assert module.startswith("evalsentry.flows.") and ".py" not in module

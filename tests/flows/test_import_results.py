@@ -1,0 +1,91 @@
+"""The import-results flow under a real Prefect API, on real lm-eval and Inspect logs."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prefect.client.orchestration import get_client
+
+from evalsentry.flows.import_results import import_results
+from evalsentry.history.store import History
+from tests.unit.harnesses.conftest import harness_logs  # noqa: F401 - fixture: real harness logs
+
+IMPORTS = """\
+store: store
+evalsets: evalsets
+imports:
+  sums-lm: {harness: lm-eval, results: results/lm}
+  sums-inspect: {harness: inspect, results: "results/inspect/*"}
+"""
+
+
+def _markdown(flow_run_id: object) -> str:
+    """The import-results artifact of the run."""
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    async def read() -> list[Any]:
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])
+                )
+            )
+
+    (artifact,) = [a for a in asyncio.run(read()) if a.key == "import-results"]
+    return str(artifact.data)
+
+
+@pytest.fixture
+def project(tmp_path: Path, harness_logs: Path) -> Path:  # noqa: F811 - the imported fixture
+    """A project importing two lines, with each line's good run in its results folder."""
+    (tmp_path / "evalsentry.yaml").write_text(IMPORTS)
+    shutil.copytree(harness_logs / "lm" / "good", tmp_path / "results" / "lm" / "good")
+    shutil.copytree(harness_logs / "inspect" / "good", tmp_path / "results" / "inspect" / "good")
+    return tmp_path / "evalsentry.yaml"
+
+
+def test_new_runs_are_imported_once_and_a_degraded_one_fails_the_week(
+    project: Path,
+    harness_logs: Path,  # noqa: F811 - the imported fixture
+) -> None:
+    """Week 1 imports the good runs; week 2 imports the new two and fails on the worse one;
+    running week 2 again imports nothing and ends the same way."""
+    first = import_results(week="2026-W40", config_path=str(project), return_state=True)
+    assert first.is_completed(), first.message
+    results = project.parent / "results"
+    shutil.copytree(harness_logs / "lm" / "same", results / "lm" / "same")
+    shutil.copytree(harness_logs / "inspect" / "worse", results / "inspect" / "worse")
+
+    second = import_results(week="2026-W41", config_path=str(project), return_state=True)
+    assert second.is_failed()
+    assert second.message.startswith(
+        "2026-W41: FAIL sums-inspect@v2 on inspect.arith score:match -0.5"
+    )
+    assert "sums-lm" not in second.message.split(" | ")[0]
+    store = History(str(project.parent / "store"))
+    week = store.evaluations(weeks=["2026-W41"])
+    assert sorted(week["model"]) == ["sums-inspect", "sums-lm"]
+    markdown = _markdown(second.state_details.flow_run_id)
+    assert "2 imported, 2 skipped, 0 refused" in markdown
+    assert "skipped: already in the history" in markdown and "/same/" in markdown
+
+    again = import_results(week="2026-W41", config_path=str(project), return_state=True)
+    assert again.is_failed() and again.message == second.message
+    assert len(store.evaluations(include_superseded=True)) == 4
+    assert "0 imported, 4 skipped, 0 refused" in _markdown(again.state_details.flow_run_id)
+
+
+def test_a_line_whose_folder_holds_no_run_fails_the_run_naming_it(tmp_path: Path) -> None:
+    """Nothing found where a line's results should be is an ERROR naming the line and field."""
+    (tmp_path / "evalsentry.yaml").write_text(
+        "store: store\nimports:\n  sums-lm: {harness: lm-eval, results: nowhere}\n"
+    )
+    state = import_results(
+        week="2026-W41", config_path=str(tmp_path / "evalsentry.yaml"), return_state=True
+    )
+    assert state.is_failed()
+    assert "sums-lm" in state.message and "imports.sums-lm.results" in state.message

@@ -1,0 +1,80 @@
+"""harnesses.pickup on real harness logs: new runs found, known ones skipped, bad config refused."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evalsentry.cli import main
+from evalsentry.config import load_config
+from evalsentry.harnesses.pickup import IMPORT, REFUSED, SKIPPED, import_found, plan_imports
+from evalsentry.history.store import History
+
+IMPORTS = "store: store\nimports:\n  sums: {harness: lm-eval, results: 'results/*'}\n"
+
+
+@pytest.fixture
+def lm_project(tmp_path: Path, harness_logs: Path) -> Path:
+    """A project importing the line ``sums`` from ``results/*``, holding the good lm-eval run."""
+    (tmp_path / "evalsentry.yaml").write_text(IMPORTS)
+    shutil.copytree(harness_logs / "lm" / "good", tmp_path / "results" / "good")
+    return tmp_path / "evalsentry.yaml"
+
+
+class TestPlanImports:
+    def test_a_run_imported_by_hand_is_not_imported_again(
+        self, lm_project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A run `evalsentry import` recorded is skipped: it is known by content, not path."""
+        config = load_config(lm_project)
+        (found,) = plan_imports(History(config.store_url), config)
+        assert found.action == IMPORT
+        folder = str(lm_project.parent / "results" / "good")
+        args = ["import", "lm-eval", folder, "--model", "sums", "--week", "2026-W40"]
+        assert main([*args, "--config", str(lm_project)]) == 0
+        capsys.readouterr()
+        (again,) = plan_imports(History(config.store_url), config)
+        assert again.action == SKIPPED and "already in the history" in again.reason
+
+    def test_of_two_new_runs_the_newest_is_the_weeks(
+        self, lm_project: Path, harness_logs: Path
+    ) -> None:
+        """Two new runs of a line: the later one is imported, the other skipped with the fix."""
+        shutil.copytree(harness_logs / "lm" / "worse", lm_project.parent / "results" / "worse")
+        config = load_config(lm_project)
+        history = History(config.store_url)
+        found = {Path(f.source).parts[-3]: f for f in plan_imports(history, config)}
+        assert found["worse"].action == IMPORT
+        assert found["good"].action == SKIPPED and "--week" in found["good"].reason
+        imported = import_found(history, found["worse"], config, "2026-W41")
+        assert (imported.line, imported.version, imported.n_examples) == ("sums", 1, 40)
+        assert {f.action for f in plan_imports(history, config)} == {SKIPPED}
+
+    def test_a_pattern_matching_nothing_is_refused_naming_the_field(self, tmp_path: Path) -> None:
+        """No run where a line's results should be is refused, naming imports.<line>.results."""
+        (tmp_path / "evalsentry.yaml").write_text(IMPORTS)
+        config = load_config(tmp_path / "evalsentry.yaml")
+        (found,) = plan_imports(History(config.store_url), config)
+        assert found.action == REFUSED and "imports.sums.results" in found.reason
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        ("{harness: lm-evl, results: r}", "imports.sums.harness"),
+        ("{harness: inspect, results: r, filter: x}", "imports.sums.filter"),
+        ("{harness: inspect}", "imports.sums.results"),
+        ("{harness: inspect, results: r, evalset: ../x}", "imports.sums.evalset"),
+    ],
+)
+def test_a_bad_imports_entry_exits_2_naming_file_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: str, field: str
+) -> None:
+    """A malformed imports: entry is one line naming the file and the field; exit 2."""
+    config = tmp_path / "evalsentry.yaml"
+    config.write_text(f"store: store\nimports:\n  sums: {entry}\n")
+    assert main(["gate", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{config}: {field}:" in err and len(err.splitlines()) == 1
