@@ -2,9 +2,11 @@
 
     python -m examples.textlm.train --out checkpoints/textlm-v1.safetensors --seed 1
     python -m examples.textlm.train --out bad.safetensors --noise 0.3
+    python -m examples.textlm.train --out small.safetensors --small
 
 ``--noise`` replaces that fraction of the training bytes with random ones: a realistic data bug
-(a broken decoding step upstream) that yields a measurably worse model.
+(a broken decoding step upstream) that yields a measurably worse model. ``--small`` trains a
+weaker model in a few seconds (for tests).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from examples.textlm.data import TOPICS, texts
 from examples.textlm.model import TinyCausalLM, encode
 
 FACTORY = "examples.textlm.model:TinyCausalLM"
-WINDOW = 128
+WINDOW = 256  # the model's whole context, so every position it reads at evaluation is trained
+SMALL = {"steps": 120, "batch_size": 8, "dim": 64, "layers": 2}
 
 
 def training_bytes(noise: float, rng: np.random.Generator) -> torch.Tensor:
@@ -39,9 +42,11 @@ def train(
     out: Path,
     *,
     seed: int = 0,
-    steps: int = 600,
+    steps: int = 450,
     lr: float = 3e-3,
-    batch_size: int = 32,
+    batch_size: int = 16,
+    dim: int = 96,
+    layers: int = 3,
     noise: float = 0.0,
     rates: CostRates | None = None,
 ) -> Path:
@@ -52,9 +57,12 @@ def train(
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     stream = training_bytes(noise, rng)
-    model = TinyCausalLM()
+    architecture = {"dim": dim, "layers": layers, "context": WINDOW}
+    model = TinyCausalLM(**architecture)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, lr, total_steps=steps)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, lr, total_steps=steps, pct_start=0.1
+    )
     loss_fn = nn.CrossEntropyLoss()
     with evalsentry.track_training(device="cpu", rates=rates) as run:
         model.train()
@@ -65,6 +73,7 @@ def train(
             loss = loss_fn(logits.flatten(0, 1), windows[:, 1:].flatten())
             optimizer.zero_grad()
             loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             schedule.step()
     model.eval()
@@ -73,8 +82,7 @@ def train(
         windows = held_out.view(64, WINDOW)
         logits = model(input_ids=windows[:, :-1])
         val_nll = float(loss_fn(logits.flatten(0, 1), windows[:, 1:].flatten()))
-    config = {"steps": steps, "lr": lr, "batch_size": batch_size, "window": WINDOW}
-    config["noise"] = noise
+    config = {"steps": steps, "lr": lr, "batch_size": batch_size, "window": WINDOW, "noise": noise}
     return evalsentry.save_checkpoint(
         model,
         out,
@@ -83,7 +91,7 @@ def train(
         seed=seed,
         data=TOPICS,
         factory=FACTORY,
-        factory_kwargs={},
+        factory_kwargs=architecture,
         training=run,
     )
 
@@ -93,10 +101,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--steps", type=int, help="training steps (default: 450, --small: 120)")
     parser.add_argument("--noise", type=float, default=0.0)
+    parser.add_argument("--small", action="store_true", help="a weaker model in a few seconds")
     args = parser.parse_args(argv)
-    path = train(args.out, seed=args.seed, steps=args.steps, noise=args.noise)
+    options = dict(SMALL) if args.small else {}
+    if args.steps is not None:
+        options["steps"] = args.steps
+    path = train(args.out, seed=args.seed, noise=args.noise, **options)
     print(f"saved {path}")
 
 
