@@ -42,13 +42,14 @@ def held_out(path: Path = TOPICS) -> list[tuple[str, bytes]]:
 def chunks(text: bytes, max_bytes: int) -> list[bytes]:
     """``text`` in pieces of at most ``max_bytes``: paragraphs packed, long ones cut at a space."""
     pieces: list[bytes] = []
-    for paragraph in text.split(b"\n\n"):
-        while len(paragraph) > max_bytes:
-            cut = paragraph.rfind(b" ", 1, max_bytes) if b" " in paragraph[1:max_bytes] else -1
+    for whole in text.split(b"\n\n"):
+        rest = whole
+        while len(rest) > max_bytes:
+            cut = rest.rfind(b" ", 1, max_bytes) if b" " in rest[1:max_bytes] else -1
             cut = cut if cut > 0 else max_bytes
-            pieces.append(paragraph[:cut])
-            paragraph = paragraph[cut:].lstrip(b" ")
-        pieces.append(paragraph)
+            pieces.append(rest[:cut])
+            rest = rest[cut:].lstrip(b" ")
+        pieces.append(rest)
     packed: list[bytes] = []
     for piece in pieces:
         if packed and len(packed[-1]) + 2 + len(piece) <= max_bytes:

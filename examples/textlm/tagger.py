@@ -123,7 +123,7 @@ def train(out: Path, *, seed: int = 0, steps: int = 150, rows: Path | None = Non
     return evalsentry.save_checkpoint(
         model.eval(),
         out,
-        metrics={"train_loss": float(loss)},
+        metrics={"train_loss": loss.item()},
         config={"steps": steps},
         seed=seed,
         data=TOPICS,
