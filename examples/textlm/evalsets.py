@@ -25,8 +25,15 @@ from examples.textlm.data import TOPICS
 # reference they come from; a name not listed here is "other".
 KINDS = {
     "syntax": ("assert", "else", "for", "identifiers", "integers", "numbers"),
-    "operators": ("bitwise", "booleans", "comparisons", "power", "slicings", "subscriptions",
-                  "unary"),
+    "operators": (
+        "bitwise",
+        "booleans",
+        "comparisons",
+        "power",
+        "slicings",
+        "subscriptions",
+        "unary",
+    ),
     "data model": ("attribute-access", "customization", "typesmapping"),
 }
 TOPIC_OF = {name: kind for kind, names in KINDS.items() for name in names}
@@ -111,7 +118,9 @@ def cloze_rows(
         if m.start() >= min_context
     ]
     picked = sorted(rng.choice(len(slots), size=min(rows, len(slots)), replace=False))
-    table: dict[str, list[object]] = {k: [] for k in ("id", "context", "choices", "answer", "topic")}
+    table: dict[str, list[object]] = {
+        k: [] for k in ("id", "context", "choices", "answer", "topic")
+    }
     for index in picked:
         name, text, start, word = slots[index]
         length = int(rng.integers(min_context, max_context + 1))

@@ -60,9 +60,7 @@ def train(
     architecture = {"dim": dim, "layers": layers, "context": WINDOW}
     model = TinyCausalLM(**architecture)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, lr, total_steps=steps, pct_start=0.1
-    )
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, lr, total_steps=steps, pct_start=0.1)
     loss_fn = nn.CrossEntropyLoss()
     with evalsentry.track_training(device="cpu", rates=rates) as run:
         model.train()

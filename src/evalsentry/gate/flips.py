@@ -51,8 +51,10 @@ def flipped_ids(
     if current is None or reference is None:
         return None
     aligned = align(reference, current)
-    if aligned is None or not _labelled(current) or np.issubdtype(
-        current["prediction"].dtype, np.floating
+    if (
+        aligned is None
+        or not _labelled(current)
+        or np.issubdtype(current["prediction"].dtype, np.floating)
     ):
         return None
     newly_wrong, newly_right = flip_masks(
