@@ -36,6 +36,32 @@ class BagLM(nn.Module):
         return self.head(torch.tanh(hidden.cumsum(dim=1) / counts))  # type: ignore[no-any-return]
 
 
+class OOMAboveLM(BagLM):
+    """Raises CUDA out-of-memory for batches of more than ``limit`` rows, as a full GPU would."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """BagLM's logits, or out of memory."""
+        if len(input_ids) > self.limit:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return super().forward(input_ids, attention_mask)
+
+
+class PositionsFirstLM(BagLM):
+    """BagLM with its position table declared before its token table, as many models do."""
+
+    def __init__(self, vocab: int = VOCAB, context: int = 512) -> None:
+        super().__init__(vocab, context=context)
+        tokens = self.tokens
+        del self.tokens
+        self.tokens = tokens  # registered again: now after ``positions``
+
+
 class PooledClassifier(nn.Module):
     """A classifier over token ids (masked mean of embeddings) and a named feature input."""
 

@@ -26,7 +26,6 @@ run in ``channels_last``; a CUDA out-of-memory error halves the batch and retrie
 
 from __future__ import annotations
 
-import logging
 import platform
 import time
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from evalsentry.evaluation.contract import (
     check_output,
     diagnose,
 )
+from evalsentry.evaluation.memory import halved
 from evalsentry.gate.slices import slice_column
 
 if TYPE_CHECKING:
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 
     from evalsentry.evalsets.evalset import Evalset, EvalsetSpec
 
-log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 512
 NON_FINITE_IDS_SHOWN = 10
@@ -299,7 +298,7 @@ def _forward_all(
             except torch.OutOfMemoryError:
                 if batch_size == 1:
                     raise
-                batch_size = _halved(batch_size, done, on_cuda)
+                batch_size = halved(batch_size, done, on_cuda)
                 retries += 1
                 continue
             except Exception as exc:  # whatever a model raises is its own failure, named
@@ -314,21 +313,6 @@ def _forward_all(
         if on_cuda:
             torch.cuda.synchronize()
     return raw, time.perf_counter() - start, batch_size, retries
-
-
-def _halved(batch_size: int, done: int, on_cuda: bool) -> int:
-    """The batch size to retry with after CUDA ran out of memory at example ``done``."""
-    import torch
-
-    batch_size = max(1, batch_size // 2)
-    log.warning(
-        "CUDA out of memory at example %d; retrying with batch size %d",
-        done,
-        batch_size,
-    )
-    if on_cuda:
-        torch.cuda.empty_cache()
-    return batch_size
 
 
 #: Share of free GPU memory an evalset may take to stay resident on the device.

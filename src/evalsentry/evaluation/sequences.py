@@ -40,6 +40,7 @@ from evalsentry.evaluation.contract import (
     check_output,
     describe_output,
 )
+from evalsentry.evaluation.memory import halved
 
 if TYPE_CHECKING:
     import torch
@@ -88,13 +89,14 @@ def forward_tokens(
 
     inputs = evalset.token_inputs()
     check_keywords(model, evalset)
-    check_vocabulary(model, evalset)
     order, width = _sorted_rows(inputs)
     total, on_cuda = len(order), device.type == "cuda"
     results: list[tuple[np.ndarray, torch.Tensor]] = []
     retries, done, tokens, padded = 0, 0, 0, 0
     start = time.perf_counter()
     with torch.inference_mode():
+        if total:
+            check_vocabulary(model, evalset, _collate(evalset, order[:1], device))
         while done < total:
             rows = order[done : done + max(1, batch_size // width)]
             batch = _collate(evalset, rows, device)
@@ -104,7 +106,7 @@ def forward_tokens(
             except torch.OutOfMemoryError:
                 if batch_size == 1:
                     raise
-                batch_size, retries = max(1, batch_size // 2), retries + 1
+                batch_size, retries = halved(batch_size, done, on_cuda), retries + 1
                 continue
             except Exception as exc:  # whatever a model raises is its own failure, named
                 raise ForwardRaised(exc, done) from exc
@@ -301,23 +303,58 @@ def check_keywords(model: torch.nn.Module, evalset: Evalset) -> None:
         )
 
 
-def check_vocabulary(model: torch.nn.Module, evalset: Evalset) -> None:
-    """The pad id and the largest token id against the model's first embedding.
+class _Found(Exception):
+    """Stops the probe's forward at the embedding that reads the token ids."""
+
+
+def input_embedding(model: torch.nn.Module, batch: _Batch) -> torch.nn.Embedding | None:
+    """The embedding that reads the token ids: the first lookup of exactly ``batch.ids``.
+
+    Found by running ``batch`` until some ``nn.Embedding`` is called on the ids (the forward
+    stops there, before the lookup: eager, even when the run compiles the model); ``None`` where
+    none is, or the model fails first (the run itself then reports that failure).
+    """
+    import torch
+    from torch import nn
+
+    def probe(module: nn.Module, args: tuple[Any, ...]) -> None:
+        seen = args[0] if args else None
+        if not isinstance(seen, torch.Tensor) or seen.shape != batch.ids.shape:
+            return
+        if torch.equal(seen, batch.ids):
+            raise _Found(module)
+
+    hooks = [
+        m.register_forward_pre_hook(probe) for m in model.modules() if isinstance(m, nn.Embedding)
+    ]
+    try:
+        model(**batch.kwargs)
+    except _Found as found:
+        return cast("nn.Embedding", found.args[0])
+    except Exception:  # noqa: BLE001 - the model's own failure: the run names it
+        return None
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return None
+
+
+def check_vocabulary(model: torch.nn.Module, evalset: Evalset, batch: _Batch) -> None:
+    """The pad id and the largest token id against the embedding that reads the token ids.
 
     Raises:
         ModelFailed: an id the embedding has no row for.
     """
-    from torch import nn
-
     inputs, spec = evalset.token_inputs(), evalset.spec.inputs
-    embedding = next((m for m in model.modules() if isinstance(m, nn.Embedding)), None)
+    embedding = input_embedding(model, batch)
     if embedding is None:
         return
     size = embedding.num_embeddings
     if int(spec.pad_id or 0) >= size:
         raise ModelFailed(
-            f"pad id {spec.pad_id} is out of the model's vocabulary (its first embedding takes "
-            f"ids 0..{size - 1}); freeze the evalset with the model's own pad id"
+            f"pad id {spec.pad_id} is out of the model's vocabulary (the embedding of its "
+            f"{spec.keyword!r} takes ids 0..{size - 1}); freeze the evalset with the model's "
+            "own pad id"
         )
     largest = max(
         (
@@ -329,6 +366,7 @@ def check_vocabulary(model: torch.nn.Module, evalset: Evalset) -> None:
     )
     if largest >= size:
         raise ModelFailed(
-            f"token id {largest} in the evalset is out of the model's vocabulary (its first "
-            f"embedding takes ids 0..{size - 1}); was the evalset tokenised for another model?"
+            f"token id {largest} in the evalset is out of the model's vocabulary (the "
+            f"embedding of its {spec.keyword!r} takes ids 0..{size - 1}); was the evalset tokenised "
+            "for another model?"
         )

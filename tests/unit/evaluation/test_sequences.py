@@ -6,6 +6,7 @@ it against the plainest possible computation: the same model run on one row at a
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,9 @@ from tests.token_models import (
     LastPositionLM,
     NeedsSegment,
     NoMaskLM,
+    OOMAboveLM,
     PooledClassifier,
+    PositionsFirstLM,
 )
 
 RNG_SEED = 11
@@ -100,6 +103,20 @@ class TestLanguageModelling:
         assert result.tokens == sum(lengths) and result.padded_tokens == padded
         unsorted = sum(max(len(r) for r in rows[i : i + 16]) * 16 for i in range(0, 64, 16))
         assert result.padded_tokens < unsorted  # what batching in the evalset's order would pad
+
+    def test_out_of_memory_halves_the_batch_logs_it_and_loses_no_row(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """CUDA out of memory on a big batch: retried at half the size, logged, results whole."""
+        rows = token_rows(30)
+        evalset = lm_evalset(tmp_path, rows)
+        model = OOMAboveLM(limit=5).eval()
+        with caplog.at_level(logging.WARNING):
+            result = run_inference(model, evalset, device="cpu", batch_size=16)
+        assert (result.batch_size, result.oom_retries) == (4, 2)
+        assert "retrying with batch size 8" in caplog.text
+        expected = [row_nll(model, r) for r in rows]
+        np.testing.assert_allclose(result.columns["loss"], [s / c for s, c in expected], rtol=1e-5)
 
     def test_a_prompt_column_leaves_prompt_tokens_unscored(self, tmp_path: Path) -> None:
         """The target may be an integer column: each row's prompt length, whose tokens are not scored."""
@@ -261,7 +278,13 @@ class TestContract:
             (NoMaskLM(), "missing named input: the model's forward takes no 'attention_mask'"),
             (
                 BagLM(vocab=100),
-                "pad id 256 is out of the model's vocabulary (its first embedding takes ids 0..99)",
+                "pad id 256 is out of the model's vocabulary (the embedding of its 'input_ids' "
+                "takes ids 0..99)",
+            ),
+            (
+                PositionsFirstLM(vocab=100),
+                "pad id 256 is out of the model's vocabulary (the embedding of its 'input_ids' "
+                "takes ids 0..99)",
             ),
             (LastPositionLM(), "expected float next-token logits of shape ["),
             (BagLM(context=16), "the model's forward raised ValueError: sequence of"),
@@ -275,6 +298,14 @@ class TestContract:
         with pytest.raises((ModelFailed, OutputContractViolation)) as caught:
             run_inference(model, evalset, device="cpu")
         assert message in str(caught.value) and "\n" not in str(caught.value)
+
+    def test_the_vocabulary_is_the_table_that_reads_the_ids(self, tmp_path: Path) -> None:
+        """A position table declared first (64 rows) is not taken for the vocabulary (257)."""
+        evalset = lm_evalset(tmp_path, token_rows(10, low=20, high=40))
+        model = PositionsFirstLM(context=64).eval()
+        assert next(iter(model.children())) is model.positions
+        result = run_inference(model, evalset, device="cpu")
+        assert result.num_examples == 10
 
     def test_a_missing_named_input_is_that_pair_s_error_row(self, tmp_path: Path) -> None:
         """Through the pipeline: one line in the error row, and a fitting model beside it is ok."""
