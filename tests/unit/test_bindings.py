@@ -96,6 +96,20 @@ def test_drift_features_for_named_columns_are_refused_before_a_run(tmp_path: Pat
     )
 
 
+def test_live_drift_of_token_sequences_is_refused_before_a_run(tmp_path: Path) -> None:
+    """drift.live for a token evalset (no input drift is measured for one): refused up front."""
+    from tests.unit.evalsets.test_token_evalsets import freeze_lm
+
+    freeze_lm(tmp_path / "evalsets" / "text")
+    config = _config(tmp_path, "drift:\n  live:\n    text: live/*.parquet\n")
+    with pytest.raises(ConfigError) as caught:
+        check_bindings(config, ["text"])
+    assert str(caught.value) == (
+        f"{tmp_path / 'evalsentry.yaml'}: drift.live.text: the evalset holds token sequences, "
+        "whose input drift is not measured; remove it"
+    )
+
+
 def test_an_empty_binding_is_refused_at_load(tmp_path: Path) -> None:
     (tmp_path / "evalsentry.yaml").write_text("models:\n  narrow: {evalsets: []}\n")
     with pytest.raises(ConfigError, match=r"models\.narrow\.evalsets"):

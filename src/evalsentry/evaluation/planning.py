@@ -80,7 +80,8 @@ def check_bindings(config: Config, available: Sequence[str]) -> None:
     A ``models:`` binding, or a ``drift.live``/``drift.features`` entry, that names an evalset
     the project does not have (a misspelt drift entry would never check anything), and
     ``drift.features`` for an evalset whose inputs are named columns (its columns are its
-    features; :func:`evalsentry.gate.drift.row_summaries`).
+    features; :func:`evalsentry.gate.drift.row_summaries`), and ``drift.live`` for one of token
+    sequences (their input drift is not measured).
 
     Raises:
         ConfigError: naming the config file, the field and the fix.
@@ -107,13 +108,20 @@ def check_bindings(config: Config, available: Sequence[str]) -> None:
                 f"(there: {', '.join(available) or 'none'}).{did_you_mean(name, available)}"
                 f" Freeze it, or {fix}",
             )
-    for name in config.drift.features:
+    for name in {*config.drift.live, *config.drift.features}:
         try:
             spec = read_spec(evalset_folder(name, config.evalsets_dir))
         except EvalsentryError:  # a broken manifest is the evalset's own ERROR, in validation
             continue
+        if name in config.drift.live and spec.inputs.is_tokens:
+            raise ConfigError(
+                config.trust.config_file,
+                f"drift.live.{name}",
+                "the evalset holds token sequences, whose input drift is not measured; remove it",
+            )
         try:
-            row_summaries(spec, config.drift)
+            if name in config.drift.features:
+                row_summaries(spec, config.drift)
         except EvalsetError as exc:  # its message starts with the field
             raise ConfigError(config.trust.config_file, "", str(exc)) from None
 

@@ -239,14 +239,15 @@ def input_drift(evalset: Evalset, live: np.ndarray, policy: DriftPolicy) -> list
     """PSI and KS per input feature, Benjamini-Hochberg corrected.
 
     Raises:
-        EvalsetError: ``drift.features`` lists the evalset but its inputs are named columns.
+        EvalsetError: ``drift.features`` lists the evalset but its inputs are named columns, or
+            its inputs are token sequences.
     """
     from scipy.stats import false_discovery_control, ks_2samp
 
     names, summaries = evalset.spec.inputs.columns, row_summaries(evalset.spec, policy)
     inputs = evalset.inputs
     if not isinstance(inputs, np.ndarray):
-        raise TypeError(f"evalset {evalset.spec.name!r}: token sequences have no input drift")
+        raise EvalsetError(f"drift.live.{evalset.spec.name}: token sequences have no input drift")
     # One threshold for both samples: a live sample's own maximum would hide a change of scale.
     scale = float(inputs.max()) if inputs.size else 1.0
     reference = feature_table(inputs, names, summaries, scale=scale)
