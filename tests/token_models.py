@@ -62,6 +62,18 @@ class PositionsFirstLM(BagLM):
         self.tokens = tokens  # registered again: now after ``positions``
 
 
+class SlowBagLM(BagLM):
+    """BagLM's function, computed eight times over: the same logits, slower."""
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """BagLM's logits, the eighth time."""
+        for _ in range(7):
+            super().forward(input_ids, attention_mask)
+        return super().forward(input_ids, attention_mask)
+
+
 class PooledClassifier(nn.Module):
     """A classifier over token ids (masked mean of embeddings) and a named feature input."""
 

@@ -91,11 +91,11 @@ def build_estate(root: Path, toy_evalset: Path, checkpoints: dict[str, Path]) ->
     return config
 
 
-def check_one_story(config: Path, state: Any) -> None:
-    """Every view of WEEK says what the gate of the history says."""
+def check_one_story(config: Path, state: Any, week: str = WEEK) -> None:
+    """Every view of ``week`` says what the gate of the history says."""
     settings_ = load_config(config)
     history = History(settings_.store_url)
-    report = gate_week(history, WEEK, settings_.gate, evalsets_dir=settings_.evalsets_dir)
+    report = gate_week(history, week, settings_.gate, evalsets_dir=settings_.evalsets_dir)
     headline = report.headline()
     # The Prefect run's final state.
     assert state.is_failed() == bool(report.problems), (state.message, headline)
@@ -104,14 +104,14 @@ def check_one_story(config: Path, state: Any) -> None:
     else:
         assert state.result()["verdict"] == str(report.verdict)
     # `evalsentry gate --week`: its exit code and its first line of verdict.
-    assert main(["gate", "--week", WEEK, "--config", str(config)]) == report.exit_code
+    assert main(["gate", "--week", week, "--config", str(config)]) == report.exit_code
     # The week's latest report and this run's artifact lead with the same headline.
-    latest = Path(settings_.store_url) / "reports" / f"weekly-eval-{WEEK}.md"
+    latest = Path(settings_.store_url) / "reports" / f"weekly-eval-{week}.md"
     assert f"**{headline}**" in latest.read_text()
     assert artifact_headline(state.state_details.flow_run_id) == headline
     # A raw reader of the files sees the rows the gate judged.
-    ours = history.evaluations(weeks=[WEEK], kind="scheduled")
-    assert raw_current(settings_.store_url, WEEK) == sorted(
+    ours = history.evaluations(weeks=[week], kind="scheduled")
+    assert raw_current(settings_.store_url, week) == sorted(
         zip(
             ours["model"],
             ours["version"],

@@ -83,20 +83,26 @@ def forward_tokens(
     batch_size: int,
     precision: str,
     progress: ProgressFn | None,
+    only: np.ndarray | None = None,
 ) -> TokenRun:
-    """Every row's output, batched by length (see the module docstring)."""
+    """Every row's output, batched by length (see the module docstring).
+
+    ``only``: run these rows alone (paired timing's sample); the others' outputs are left unset.
+    """
     import torch
 
     inputs = evalset.token_inputs()
     check_keywords(model, evalset)
     order, width = _sorted_rows(inputs)
+    if only is not None:
+        order = order[np.isin(order, only)]
     total, on_cuda = len(order), device.type == "cuda"
     results: list[tuple[np.ndarray, torch.Tensor]] = []
     retries, done, tokens, padded = 0, 0, 0, 0
-    start = time.perf_counter()
     with torch.inference_mode():
         if total:
             check_vocabulary(model, evalset, _collate(evalset, order[:1], device))
+        start = time.perf_counter()
         while done < total:
             rows = order[done : done + max(1, batch_size // width)]
             batch = _collate(evalset, rows, device)
@@ -116,7 +122,7 @@ def forward_tokens(
             done += len(rows)
             if progress is not None:
                 progress(done, total)
-        raw = _in_order(results, total)
+        raw = _in_order(results, len(inputs.tokens.lengths))
         if on_cuda:
             torch.cuda.synchronize()
     return TokenRun(raw, time.perf_counter() - start, batch_size, retries, tokens, padded)

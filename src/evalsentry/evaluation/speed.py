@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     import torch
 
@@ -22,6 +24,9 @@ if TYPE_CHECKING:
 
 ROUNDS = 7
 EXAMPLES = 2048
+#: A token evalset is timed on its first rows (in id order) up to this many tokens, choices
+#: included: its own lengths and padding, at a cost that does not grow with the evalset.
+TOKENS = 16384
 #: A round repeats its pass over the examples until it lasts about this long, and keeps the
 #: fastest pass.
 MIN_ROUND_S = 0.05
@@ -67,7 +72,8 @@ def time_pair(
 ) -> PairedTiming:
     """Time both models over the evalset's first ``examples`` inputs, ``rounds`` times each.
 
-    A token evalset is timed whole, in its length-sorted padded batches, as it is evaluated.
+    A token evalset is timed on its first rows up to ``TOKENS`` tokens, in length-sorted padded
+    batches, as it is evaluated.
     """
     import torch
 
@@ -109,6 +115,7 @@ def _runner(
     from evalsentry.evaluation.sequences import forward_tokens
 
     if evalset.spec.inputs.is_tokens:
+        rows = token_sample(evalset)
 
         def tokens(model: torch.nn.Module) -> None:
             forward_tokens(
@@ -119,9 +126,10 @@ def _runner(
                 batch_size=batch_size,
                 precision="fp32",
                 progress=None,
+                only=rows,
             )
 
-        return tokens, len(evalset)
+        return tokens, len(rows)
     sample = staged(evalset, target)[0][:examples]
 
     def tensors(model: torch.nn.Module) -> None:
@@ -130,3 +138,20 @@ def _runner(
                 model(sample[i : i + batch_size].to(target, non_blocking=True, copy=True))
 
     return tensors, len(sample)
+
+
+def token_sample(evalset: Evalset, budget: int = TOKENS) -> np.ndarray:
+    """The first rows of a token evalset holding at most ``budget`` tokens (at least one row).
+
+    A multiple-choice row counts its context once per choice, plus its choices.
+    """
+    inputs = evalset.token_inputs()
+    cost = inputs.tokens.lengths.astype(np.int64)
+    if inputs.choices is not None and inputs.choice_rows is not None:
+        counts = np.diff(inputs.choice_rows)
+        owner = np.repeat(np.arange(len(cost)), counts)
+        cost = cost * counts + np.bincount(owner, inputs.choices.lengths, len(cost)).astype(
+            np.int64
+        )
+    kept = int(np.searchsorted(np.cumsum(cost), budget, side="right"))
+    return np.arange(max(1, min(kept, len(cost))))

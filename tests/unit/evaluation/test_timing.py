@@ -18,7 +18,7 @@ from tests.models import SlowNet, TinyNet
 THRESHOLD = 0.25
 
 
-def _pair() -> TimingPair:
+def timing_pair() -> TimingPair:
     row: dict[str, Any] = {
         "evaluation_id": "e2",
         "week": "2026-W41",
@@ -36,7 +36,7 @@ def _timing(current: list[float]) -> PairedTiming:
 
 
 def test_consistently_slower_rounds_are_a_warn_with_the_numbers() -> None:
-    comparison = slowdown_comparison(_pair(), _timing([1.5] * 6 + [0.9]), THRESHOLD)
+    comparison = slowdown_comparison(timing_pair(), _timing([1.5] * 6 + [0.9]), THRESHOLD)
     assert comparison.verdict == Verdict.WARN
     assert comparison.reason.startswith(
         "1.50x the time per example of v1 on cpu (1,500 µs vs 1,000 µs; median of 7 paired rounds"
@@ -60,12 +60,12 @@ def test_consistently_slower_rounds_are_a_warn_with_the_numbers() -> None:
     ],
 )
 def test_noise_or_a_small_slowdown_is_no_warn(current: list[float]) -> None:
-    comparison = slowdown_comparison(_pair(), _timing(current), THRESHOLD)
+    comparison = slowdown_comparison(timing_pair(), _timing(current), THRESHOLD)
     assert comparison.verdict == Verdict.PASS and comparison.reason.startswith("no slowdown: ")
 
 
 def test_a_timing_that_could_not_run_says_so() -> None:
-    comparison = slowdown_comparison(_pair(), None, THRESHOLD, "checkpoint v1 is missing")
+    comparison = slowdown_comparison(timing_pair(), None, THRESHOLD, "checkpoint v1 is missing")
     assert comparison.verdict == Verdict.WARN
     assert comparison.reason == "paired timing against v1 could not run: checkpoint v1 is missing"
 
@@ -79,7 +79,7 @@ def test_real_models_timed_in_one_process(toy_evalset: Path) -> None:
     slow.load_state_dict(fast.state_dict())
     slower = time_pair(fast, slow, evalset, device="cpu", rounds=5)
     assert slower.ratio > 2
-    assert slowdown_comparison(_pair(), slower, THRESHOLD).verdict == Verdict.WARN
+    assert slowdown_comparison(timing_pair(), slower, THRESHOLD).verdict == Verdict.WARN
     same = time_pair(fast, TinyNet(), evalset, device="cpu", rounds=5)
-    assert slowdown_comparison(_pair(), same, THRESHOLD).verdict == Verdict.PASS
+    assert slowdown_comparison(timing_pair(), same, THRESHOLD).verdict == Verdict.PASS
     assert same.examples == len(evalset)  # per pass; a round keeps its fastest pass

@@ -1,0 +1,107 @@
+"""Token evalsets through the real entry points: `evalsentry evaluate` (CI) and paired timing."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from evalsentry.checkpoints.checkpoint import save_checkpoint
+from evalsentry.cli import main
+from evalsentry.config import load_config
+from evalsentry.evalsets.evalset import load_evalset
+from evalsentry.evaluation.pipeline import Target, evaluate_checkpoint, record
+from evalsentry.evaluation.speed import time_pair, token_sample
+from evalsentry.evaluation.timing import slowdown_comparison
+from evalsentry.gate.verdicts import Verdict
+from evalsentry.history.store import History
+from evalsentry.storage import sha256_file
+from tests.models import TRUSTED_YAML
+from tests.token_models import BagLM, SlowBagLM
+from tests.unit.evaluation.test_sequences import lm_evalset, token_rows
+from tests.unit.evaluation.test_timing import timing_pair
+
+
+def lm_checkpoint(path: Path, noise: float = 0.0) -> Path:
+    """A BagLM checkpoint; ``noise`` adds that much Gaussian noise to its output layer."""
+    torch.manual_seed(0)
+    model = BagLM()
+    with torch.no_grad():
+        model.head.weight.add_(noise * torch.randn_like(model.head.weight))
+    return save_checkpoint(
+        model, path, metrics={}, config={"noise": noise}, seed=0, data=path.parent / "data.txt"
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A project with a token evalset and a language model's production result of week 40."""
+    lm_evalset(tmp_path / "evalsets", token_rows(120))
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "data.txt").write_text("training text\n")
+    config = tmp_path / "evalsentry.yaml"
+    config.write_text("store: store\nevalsets: evalsets\n" + TRUSTED_YAML)
+    good = lm_checkpoint(tmp_path / "checkpoints" / "v1.safetensors")
+    settings = load_config(config)
+    target = Target("lm", str(good), 1, "production", sha256_file(good)[0])
+    outcome = evaluate_checkpoint(
+        target,
+        load_evalset(tmp_path / "evalsets" / "lm"),
+        config=settings,
+        run_id="r1",
+        week="2026-W40",
+    )
+    record(History(settings.store_url), [outcome])
+    return tmp_path
+
+
+def evaluate(project: Path, checkpoint: Path) -> int:
+    """``evalsentry evaluate`` of ``checkpoint`` as a candidate of the ``lm`` line."""
+    config = str(project / "evalsentry.yaml")
+    return main(["evaluate", "--checkpoint", str(checkpoint), "--model", "lm", "--config", config])
+
+
+def test_a_language_model_candidate_is_gated_on_perplexity(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The production weights again: exit 0; damaged weights: exit 1, naming perplexity."""
+    capsys.readouterr()
+    same = lm_checkpoint(project / "checkpoints" / "again.safetensors")
+    assert evaluate(project, same) == 0, capsys.readouterr()
+    assert "PASS" in capsys.readouterr().out
+    damaged = lm_checkpoint(project / "checkpoints" / "damaged.safetensors", noise=1.0)
+    assert evaluate(project, damaged) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("evalsentry gate 2026-W49: FAIL\n")
+    assert re.search(r"^❌ FAIL +lm \(candidate \w+\) +lm +perplexity +production", out, re.M), out
+    candidates = History(str(project / "store")).evaluations(kind="candidate")
+    assert len(candidates) == 2 and (candidates["input_tokens"] > 0).all()
+
+
+def test_paired_timing_of_token_models_finds_the_slower_one(tmp_path: Path) -> None:
+    """A language model doing eight times the work is slower over the token evalset; itself is not."""
+    evalset = lm_evalset(tmp_path, token_rows(64))
+    torch.manual_seed(0)
+    fast, slow = BagLM(), SlowBagLM()
+    slow.load_state_dict(fast.state_dict())
+    pair = timing_pair()
+    slower = time_pair(fast, slow, evalset, device="cpu", rounds=5)
+    assert slower.examples == len(evalset) and slower.ratio > 2
+    assert slowdown_comparison(pair, slower, 0.25).verdict == Verdict.WARN
+    same = time_pair(fast, BagLM(), evalset, device="cpu", rounds=5)
+    assert slowdown_comparison(pair, same, 0.25).verdict == Verdict.PASS
+
+
+def test_a_token_evalset_is_timed_on_its_first_rows_up_to_a_token_budget(tmp_path: Path) -> None:
+    """The sample: the first rows in id order whose tokens fit the budget, at least one row."""
+    rows = token_rows(40, low=20, high=40)
+    evalset = lm_evalset(tmp_path, rows)
+    sample = token_sample(evalset, budget=300)
+    lengths = [len(r) for r in rows]
+    assert sum(lengths[: len(sample)]) <= 300 < sum(lengths[: len(sample) + 1])
+    assert list(sample) == list(range(len(sample)))
+    assert len(token_sample(evalset, budget=1)) == 1
+    timing = time_pair(BagLM(), BagLM(), evalset, device="cpu", rounds=1)
+    assert timing.examples == len(token_sample(evalset)) == 40  # 40 short rows: all fit
