@@ -168,7 +168,7 @@ def _rows(
             f"{source or 'the data'}: no rows to freeze; an evalset needs at least one example "
             "(check the query or export that wrote it)"
         )
-    table, id_column = _with_ids(table, id_column, name)
+    table, id_column = _with_ids(table, id_column, name, source or "the data")
     if inputs.is_tokens:
         return normalise_tokens(table, inputs, task, str(dest)), id_column
     if task in ("language_modeling", "multiple_choice"):
@@ -339,13 +339,21 @@ def read_source(path: str | Path) -> pa.Table:
     raise EvalsetError(f"{source}: unsupported source format; use a .parquet or .csv file")
 
 
-def _with_ids(table: pa.Table, id_column: str | None, name: str) -> tuple[pa.Table, str]:
+def _with_ids(
+    table: pa.Table, id_column: str | None, name: str, source: str
+) -> tuple[pa.Table, str]:
     if id_column is not None:
         if id_column not in table.column_names:
             raise EvalsetError(
                 f"id_column: {id_column!r} not in the data{did_you_mean(id_column, table.column_names)}"
             )
         return table, id_column
+    if "id" in table.column_names:  # the generated ids would take its name
+        raise EvalsetError(
+            f"{source}: id_column: the data has a column 'id' but no id column is named; pass "
+            "--id id "
+            "(id_column='id') to key the rows by it, or rename it"
+        )
     # A deterministic id from the row position: the same data frozen twice gets the same ids.
     ids = pa.array([f"{name}-{i:06d}" for i in range(len(table))])
     return table.add_column(0, "id", ids), "id"

@@ -198,6 +198,20 @@ class TestFreezeRefusesBadRows:
         assert not (tmp_path / "evalsets" / "toy").exists()
 
 
+    def test_an_id_column_left_unnamed_is_refused_saying_how_to_name_it(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Data with an 'id' column and no --id: exit 2, one line with the fix, not a traceback."""
+        source = tmp_path / "rows.parquet"
+        rows = pq.read_table(write_rows(tmp_path / "plain.parquet", [0, 1, 2, 0]))
+        pq.write_table(rows.append_column("id", pa.array(["w", "x", "y", "z"])), source)
+        assert main(freeze_args(source, _config(tmp_path))) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {source}: id_column: the data has a column 'id'")
+        assert "pass --id id" in err and err.count("\n") == 1
+        assert main(freeze_args(source, _config(tmp_path), "--id", "id")) == 0
+
+
 class TestPinnedFields:
     @pytest.fixture
     def fresh(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
