@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from evalsentry.gate.metric_base import Metric, MetricValue
+from evalsentry.gate.metric_base import MetricValue
 from evalsentry.gate.metrics import (
     DEFAULT_CONFIDENCE,
     DEFAULT_N_RESAMPLES,
@@ -163,18 +163,15 @@ def cluster_intervals(
     example. With fewer than two clusters the interval is NaN, as with fewer than two examples.
     """
     metrics = [get_metric(name) for name in names]
-    members = [np.flatnonzero(clusters.index == c) for c in range(clusters.count)]
     n = int(clusters.index.size)
-    needed = {name for m in metrics for name in m.required_columns}
-    points = dict(zip(names, _values(metrics, columns), strict=True))
     draws = n_resamples if clusters.count >= 2 else 0
-    rng = np.random.default_rng(seed)
-    samples = np.empty((draws, len(metrics)))
-    for row in range(draws):
-        chosen = rng.integers(0, clusters.count, size=clusters.count)
-        rows = np.concatenate([members[c] for c in chosen])
-        picked = {k: np.asarray(columns[k])[rows] for k in needed}
-        samples[row] = _values(metrics, picked)
+    points, samples = bootstrap_metric_values(
+        [(m, columns) for m in metrics],
+        num_classes=None,
+        n_resamples=draws,
+        seed=seed,
+        groups=clusters.index,
+    )
     tail = (1.0 - confidence) / 2.0
     bounds = (
         np.quantile(samples, [tail, 1.0 - tail], axis=0)
@@ -182,14 +179,6 @@ def cluster_intervals(
         else np.full((2, len(metrics)), np.nan)
     )
     return {
-        m.name: MetricValue(points[m.name], float(bounds[0, i]), float(bounds[1, i]), n)
+        m.name: MetricValue(float(points[i]), float(bounds[0, i]), float(bounds[1, i]), n)
         for i, m in enumerate(metrics)
     }
-
-
-def _values(metrics: Sequence[Metric], columns: Columns) -> list[float]:
-    """Each metric over all rows of ``columns``."""
-    points, _ = bootstrap_metric_values(
-        [(m, columns) for m in metrics], num_classes=None, n_resamples=0
-    )
-    return [float(v) for v in points]

@@ -263,12 +263,15 @@ def bootstrap_metric_values(
     num_classes: int | None,
     n_resamples: int = DEFAULT_N_RESAMPLES,
     seed: int = 0,
+    groups: IntArray | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """Computes metric values on bootstrap resamples shared by all evaluations.
 
     Row ``i`` of every column set must be the same example, so two models'
     columns give a *paired* bootstrap. Resamples are processed in blocks whose
-    size depends on n only, so results do not depend on the machine.
+    size depends on n only, so results do not depend on the machine. With
+    ``groups`` (each row's group, ``0..g-1``) a resample draws ``g`` whole groups
+    with replacement (a cluster bootstrap) instead of ``n`` rows.
 
     Args:
         evaluations: ``(metric, columns)`` pairs whose column sets have equal length n.
@@ -304,15 +307,15 @@ def bootstrap_metric_values(
     points = evaluate(np.ones((1, n), dtype=np.intp))[0]
     samples = np.empty((n_resamples, k))
     rng = np.random.default_rng(seed)
+    units = n if groups is None else int(groups.max()) + 1
     block = max(1, _BLOCK_CELLS // n)
     for begin in range(0, n_resamples, block):
         rows = min(block, n_resamples - begin)
-        # Offsetting each resample's indices by row * n lets one bincount
-        # produce the whole (rows, n) block of multinomial resample counts.
-        indices = rng.integers(0, n, size=(rows, n), dtype=np.intp)
-        indices += (np.arange(rows, dtype=np.intp) * n)[:, None]
-        counts = np.bincount(indices.ravel(), minlength=rows * n).reshape(rows, n)
-        samples[begin : begin + rows] = evaluate(counts)
+        # Offset by row * units, one bincount gives the block's (rows, units) counts.
+        indices = rng.integers(0, units, size=(rows, units), dtype=np.intp)
+        indices += (np.arange(rows, dtype=np.intp) * units)[:, None]
+        counts = np.bincount(indices.ravel(), minlength=rows * units).reshape(rows, units)
+        samples[begin : begin + rows] = evaluate(counts if groups is None else counts[:, groups])
     return points, samples
 
 

@@ -197,7 +197,6 @@ class TestFreezeRefusesBadRows:
         assert err.count("\n") == 1 and "Traceback" not in err
         assert not (tmp_path / "evalsets" / "toy").exists()
 
-
     def test_an_id_column_left_unnamed_is_refused_saying_how_to_name_it(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
