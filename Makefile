@@ -8,7 +8,7 @@ LOCK := requirements/lock.txt
 # Prefect's temporary server needs ~16 s to create its database on a fresh machine (default limit 20 s).
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: demo test browser jq lint lock bench soak screenshots server deploy alerts worker fan-out-worker clean
+.PHONY: demo test check coverage browser jq lint lock bench soak screenshots server deploy alerts worker fan-out-worker clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,8 +25,21 @@ lock: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/evalsentry demo
 
+# The whole suite on every core, in a random order (pytest-randomly prints its seed first;
+# `make test PYTEST_ARGS=--randomly-seed=N` repeats an order). See README, Development.
+PYTEST_ARGS ?=
 test: $(STAMP) browser jq
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto $(PYTEST_ARGS)
+
+# Everyday: lint, types and the unit tests on every core, in a random order.
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -n auto tests/unit $(PYTEST_ARGS)
+
+# Line coverage of src/, flows/ and tasks/ by the whole suite (the test processes themselves).
+coverage: $(STAMP) browser jq
+	$(BIN)/python -m pytest -n auto --cov=src/evalsentry --cov=flows --cov=tasks --cov-report=term:skip-covered
 
 # The HTML report is looked at in headless Chromium by the tests: install Debian's package
 # where it is missing and we may (root). Elsewhere that one test is skipped, saying why.

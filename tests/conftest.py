@@ -16,6 +16,44 @@ FAKE_SHA = "0123456789abcdef0123456789abcdef01234567"
 GITHUB_VARIABLES = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "GITHUB_OUTPUT", "RUNNER_TEMP")
 
 
+INTEGRATION = Path(__file__).parent / "integration"
+
+
+def _unit_of_work(nodeid: str) -> str:
+    """What `pytest -n` keeps on one worker: all of tests/integration, else the test's module."""
+    return "tests/integration" if nodeid.startswith("tests/integration/") else nodeid.split("::")[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests under tests/integration run first (pytest-randomly's shuffle is kept otherwise).
+
+    Under `pytest -n` they are one unit of work, the longest (see pytest_xdist_make_scheduler):
+    first, it starts at once on one worker while the other workers share the rest.
+    """
+    items.sort(key=lambda item: not item.path.is_relative_to(INTEGRATION))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`pytest -n`'s default distribution, by unit of work: a module, or all of tests/integration.
+
+    A module-scoped fixture (a week of trained models, a moto server) is then built once, and
+    the integration tests share one Prefect server (tests/integration/conftest.py) and never
+    compete with each other for the cores. Units go out in collection order. An explicit
+    ``--dist`` other than ``load`` is left to xdist.
+    """
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnitOfWork(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit_of_work(nodeid)
+
+    config.option.loadscopereorder = False  # keep the collection order: integration first
+    return ByUnitOfWork(config, log)
+
+
 @pytest.fixture(autouse=True)
 def not_in_github_actions(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test runs as outside GitHub Actions, even where the suite runs inside it.

@@ -489,6 +489,7 @@ def shutdown() -> None:
     """Kill every child this process started (idle ones, and any still running)."""
     with _LOCK:
         children = list(_LIVE)
+        _IDLE.clear()  # killed below: none is kept for the next evaluation
     for child in children:
         child.close()
 

@@ -263,6 +263,16 @@ class TestIsolation:
         run_one(save_model(RaisingNet, tmp_path / "r.pt", train_data), toy_evalset, tmp_path)
         assert first[0] not in idle_pids()
 
+    def test_after_shutdown_no_child_is_kept(
+        self, toy_evalset: Path, toy_checkpoints: dict[str, Path], tmp_path: Path
+    ) -> None:
+        """shutdown() kills the idle children and keeps none of them for the next evaluation."""
+        run_one(toy_checkpoints["good"], toy_evalset, tmp_path)
+        prestart()
+        assert idle_pids()
+        shutdown()
+        assert idle_pids() == []
+
     def test_a_prestarted_child_serves_the_next_evaluation(
         self, toy_evalset: Path, toy_checkpoints: dict[str, Path], tmp_path: Path
     ) -> None:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.built_once import built_once
+
 ROOT = Path(__file__).parents[3]
 #: Model versions run on each harness's task: NAME=SKILL (the share of sums it gets right).
 VERSIONS = ["good=1.0", "same=1.0", "worse=0.5"]
@@ -16,14 +18,8 @@ VERSIONS = ["good=1.0", "same=1.0", "worse=0.5"]
 PROMPT_CHANGED = "prompt=1.0:Q: {{question}} A:"
 
 
-@pytest.fixture(scope="session")
-def harness_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``lm/<version>/`` (lm_eval --log_samples folders) and ``inspect/<version>/*.eval``.
-
-    Both harnesses run in their own process, side by side, with the network out of reach of
-    Hugging Face's libraries; outside the checkout.
-    """
-    out = tmp_path_factory.mktemp("harness-logs")
+def _run_harnesses(out: Path) -> None:
+    """Both harnesses in their own process, side by side, Hugging Face's libraries offline."""
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     runs = [
         subprocess.Popen(
@@ -42,7 +38,16 @@ def harness_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for run in runs:
         output, _ = run.communicate(timeout=600)
         assert run.returncode == 0, output[-3000:]
-    return out
+
+
+@pytest.fixture(scope="session")
+def harness_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``lm/<version>/`` (lm_eval --log_samples folders) and ``inspect/<version>/*.eval``.
+
+    Real runs of both harnesses, made once per test run (every worker reads the same logs),
+    outside the checkout.
+    """
+    return built_once(tmp_path_factory, "harness-logs", _run_harnesses)
 
 
 @pytest.fixture
