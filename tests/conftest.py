@@ -16,31 +16,52 @@ FAKE_SHA = "0123456789abcdef0123456789abcdef01234567"
 GITHUB_VARIABLES = ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "GITHUB_OUTPUT", "RUNNER_TEMP")
 
 
-INTEGRATION = Path(__file__).parent / "integration"
+#: The modules whose tests use the one shared Prefect server (the ``server`` fixture of
+#: tests/integration/conftest.py): one unit of work under `pytest -n`, so one server and one
+#: worker at a time. Collection refuses a test of another module that asks for that server.
+SHARED_SERVER = frozenset(
+    f"tests/integration/test_{name}.py"
+    for name in ("alerts", "fan_out", "schedule", "server_worker", "ui")
+)
+SHARED_SERVER_UNIT = "tests/integration (the shared Prefect server)"
 
 
 def _unit_of_work(nodeid: str) -> str:
-    """What `pytest -n` keeps on one worker: all of tests/integration, else the test's module."""
-    return "tests/integration" if nodeid.startswith("tests/integration/") else nodeid.split("::")[0]
+    """What `pytest -n` keeps on one worker: the shared server's tests, else the test's module."""
+    module = nodeid.split("::", maxsplit=1)[0]
+    return SHARED_SERVER_UNIT if module in SHARED_SERVER else module
+
+
+def _run_order(item: pytest.Item) -> int:
+    """The shared server's tests, then the other integration tests, then everything else."""
+    module = item.nodeid.split("::", maxsplit=1)[0]
+    return 0 if module in SHARED_SERVER else 1 if module.startswith("tests/integration/") else 2
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests under tests/integration run first (pytest-randomly's shuffle is kept otherwise).
+    """The real-service tests run first; pytest-randomly's shuffle is kept otherwise.
 
-    Under `pytest -n` they are one unit of work, the longest (see pytest_xdist_make_scheduler):
-    first, it starts at once on one worker while the other workers share the rest.
+    Under `pytest -n` (see pytest_xdist_make_scheduler) the shared server's tests, the longest
+    unit, start at once on one worker while the tests that start servers of their own start on
+    the others, and everything else fills in around them.
     """
-    items.sort(key=lambda item: not item.path.is_relative_to(INTEGRATION))
+    for item in items:
+        if "server" in getattr(item, "fixturenames", ()) and _run_order(item) != 0:
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the shared Prefect server: add its module to SHARED_SERVER "
+                "in tests/conftest.py"
+            )
+    items.sort(key=_run_order)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """`pytest -n`'s default distribution, by unit of work: a module, or all of tests/integration.
+    """`pytest -n`'s default distribution, by unit of work: a module, or the shared server's tests.
 
     A module-scoped fixture (a week of trained models, a moto server) is then built once, and
-    the integration tests share one Prefect server (tests/integration/conftest.py) and never
-    compete with each other for the cores. Units go out in collection order. An explicit
-    ``--dist`` other than ``load`` is left to xdist.
+    the tests of the shared Prefect server run one after another on one worker, one server for
+    the run. Units go out in collection order. An explicit ``--dist`` other than ``load`` is
+    left to xdist.
     """
     if config.getvalue("dist") != "load":
         return None
@@ -50,7 +71,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
         def _split_scope(self, nodeid: str) -> str:
             return _unit_of_work(nodeid)
 
-    config.option.loadscopereorder = False  # keep the collection order: integration first
+    config.option.loadscopereorder = False  # keep the collection order: services first
     return ByUnitOfWork(config, log)
 
 

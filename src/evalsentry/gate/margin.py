@@ -373,7 +373,17 @@ def detectable_drop(
     # Two significant digits, rounded down (a drop the least bit larger): comparisons of one
     # evalset then share the test's critical values, the costly part.
     digits = 10.0 ** (math.floor(math.log10(level)) - 1)
-    level = max(math.floor(level / digits), 1) * digits
+    return _detectable_drop(
+        n, newly_right, allowed, max(math.floor(level / digits), 1) * digits, power, largest
+    )
+
+
+# Cached: the gate, the report and the CLI each state it for the same comparisons of a week.
+@lru_cache(maxsize=1024)
+def _detectable_drop(
+    n: int, newly_right: int, allowed: Fraction, level: float, power: float, largest: float
+) -> float | None:
+    """:func:`detectable_drop` at a level already rounded to two significant digits."""
     test = margin_test(n, allowed)
     rate = newly_right / n
     low, top = test.margin, min(largest, 1.0 - rate)

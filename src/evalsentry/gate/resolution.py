@@ -23,6 +23,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
@@ -80,6 +81,8 @@ def _passes(m: np.ndarray, n: int, tolerance: float, alpha: float) -> np.ndarray
     return first_at_least(m, n, tolerance, float(np.nextafter(-z, np.inf)))
 
 
+# Cached: every weekly run asks it of each evalset (tolerance_warnings), thirty exact sums a time.
+@lru_cache(maxsize=1024)
 def certifiable_tolerance(
     n: int, churn: float, alpha: float, power: float = DEFAULT_POWER
 ) -> float:
@@ -105,6 +108,7 @@ def certifiable_tolerance(
     return high
 
 
+@lru_cache(maxsize=256)
 def rows_needed(
     tolerance: float, churn: float, alpha: float, power: float = DEFAULT_POWER
 ) -> int | None:
