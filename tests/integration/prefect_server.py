@@ -23,6 +23,9 @@ PREFECT = str(Path(sys.executable).parent / "prefect")
 STARTUP_TIMEOUT_S = 120
 #: The server's log file, in the env a test gets, for failure messages.
 SERVER_LOG = "EVALSENTRY_TEST_SERVER_LOG"
+#: The shared server's worker (tests/integration/conftest.py), and its log file in the env.
+SHARED_WORKER = "shared"
+WORKER_LOG = "EVALSENTRY_TEST_WORKER_LOG"
 
 READ_RUN = """
 import json, sys
@@ -244,9 +247,9 @@ def read_week(env: Mapping[str, str], flow_run_id: str, timeout_s: float = 300) 
 
 
 def run_week(env: Mapping[str, str], week: str, config: Path) -> dict[str, object]:
-    """Run weekly-eval for ``week`` on a process worker (`--run-once`); the run, read back."""
+    """Run weekly-eval for ``week`` on the shared server's worker; the run, read back once ended."""
     flow_run_id = trigger(env, week, config)
-    prefect(env, "worker", "start", "--pool", "gpu", "--run-once", "--type", "process", timeout=300)
+    read_week(env, flow_run_id)
     return read_run(env, flow_run_id)
 
 

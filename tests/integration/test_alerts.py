@@ -25,7 +25,9 @@ from tests.models import TRUST, TRUSTED_YAML
 pytestmark = pytest.mark.integration
 
 ARRIVAL_TIMEOUT_S = 60  # the automation fires within a second here; the worker is slower
-QUIET_S = 8  # after the first POST (or a passing week), how long no other may arrive
+QUIET_S = 8  # after the last POST, how long no other may arrive
+#: A work queue of the gpu pool that no worker polls: its runs are never picked up.
+PAUSED = "paused"
 AUTOMATIONS = {"evalsentry-regression-alert", "evalsentry-week-crashed", "evalsentry-week-overdue"}
 OVERDUE_TIMEOUT_S = 60  # Late after <= 20 s (the server's late-runs service), 10 s grace, then
 # the proactive trigger's next evaluation (every 5 s)
@@ -144,14 +146,13 @@ def _assert_fail_summary(
 
 
 def _miss_a_week(env: dict[str, str], week: str, config: Path) -> str:
-    """A run of ``week`` scheduled a minute ago in a queue no worker polls (paused); its id."""
-    api(env, "POST", "/work_pools/gpu/queues", {"name": "paused", "is_paused": True})
+    """A run of ``week`` scheduled a minute ago in the queue no worker polls; its id."""
     past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
     return _week_run(
         env,
         week,
         config,
-        work_queue_name="paused",
+        work_queue_name=PAUSED,
         state={"type": "SCHEDULED", "state_details": {"scheduled_time": past}},
     )
 
@@ -174,7 +175,9 @@ def test_each_failed_week_posts_once_and_a_passing_week_none(
     env = {**server, URL_VARIABLE: listener.url}
     first = _set_up_alerts(env)
     assert "grace period 6h" in first
-    overdue_run = None
+    # The shared worker polls the default queue: runs that must not run wait in this one.
+    api(env, "POST", "/work_pools/gpu/queues", {"name": PAUSED, "is_paused": True})
+    unrun: list[str] = []
     try:
         config = tmp_path / "evalsentry.yaml"
         config.write_text(
@@ -184,8 +187,7 @@ def test_each_failed_week_posts_once_and_a_passing_week_none(
         registry.register(toy_checkpoints["good"], "toy-model", stage="production", trust=TRUST)
         for week in ("2026-W40", "2026-W41"):  # the baseline, then a week that passes against it
             assert run_week(server, week, config)["state"] == "COMPLETED"
-        listener.wait_for(1, QUIET_S)
-        assert listener.posts == []
+        # Neither posts: the FAIL's POST below must be the first, and none names them (the end).
 
         entry = registry.register(toy_checkpoints["degraded"], "toy-model", trust=TRUST)
         registry.promote("toy-model", entry.version, "production")
@@ -193,7 +195,8 @@ def test_each_failed_week_posts_once_and_a_passing_week_none(
         assert failed["state"] == "FAILED", failed
         _assert_fail_summary(env, _posted(listener, 0), failed)
 
-        crashed_run = _week_run(env, "2026-W43", config)
+        crashed_run = _week_run(env, "2026-W43", config, work_queue_name=PAUSED)
+        unrun.append(crashed_run)
         api(
             env,
             "POST",
@@ -228,7 +231,7 @@ def test_each_failed_week_posts_once_and_a_passing_week_none(
         )
         assert isinstance(blocks, list) and len(blocks) == 1
         # A missed week: scheduled a minute ago in a queue no worker polls (a paused one).
-        overdue_run = _miss_a_week(env, "2026-W45", config)
+        unrun.append(_miss_a_week(env, "2026-W45", config))
         listener.wait_for(4, OVERDUE_TIMEOUT_S)
         overdue = _posted(listener, 3)
         assert overdue["alert"] == "overdue" and overdue["gate"] == "ERROR"
@@ -237,10 +240,12 @@ def test_each_failed_week_posts_once_and_a_passing_week_none(
         )
         listener.wait_for(5, QUIET_S)
         assert len(listener.posts) == 4, [body for _, _, body in listener.posts]
+        weeks = [json.loads(body)["week"] for _, _, body in listener.posts]
+        assert weeks == ["2026-W42", "2026-W43", "2026-W44", "2026-W45"]  # no passing week's
     finally:
-        if overdue_run is not None:  # no later worker of another test may pick it up
-            api(env, "DELETE", f"/flow_runs/{overdue_run}")
-            api(env, "DELETE", "/work_pools/gpu/queues/paused")
+        for flow_run in unrun:  # no later worker of another test may pick them up
+            api(env, "DELETE", f"/flow_runs/{flow_run}")
+        api(env, "DELETE", f"/work_pools/gpu/queues/{PAUSED}")
         for automation in _automations(env):  # other tests' weeks stay silent
             api(env, "DELETE", f"/automations/{automation['id']}")
 

@@ -9,6 +9,7 @@ import pytest
 
 from evalsentry.checkpoints.registry import Registry
 from tests.integration.prefect_server import (
+    SHARED_WORKER,
     read_week,
     trigger,
     wait_queue_ready,
@@ -18,7 +19,6 @@ from tests.models import TRUST, TRUSTED_YAML
 
 pytestmark = pytest.mark.integration
 
-PARENT = {"parent": ["--work-queue", "default"]}
 FAN_OUT = {name: ["--work-queue", "fan-out", "--limit", "1"] for name in ("gpu-a", "gpu-b")}
 
 
@@ -38,17 +38,18 @@ def fan_out_project(tmp_path: Path, toy_evalset: Path, checkpoints: dict[str, Pa
 def test_fan_out_spreads_the_children_over_the_fan_out_workers(
     server: dict[str, str], tmp_path: Path, toy_evalset: Path, toy_checkpoints: dict[str, Path]
 ) -> None:
-    """Each fan-out worker runs some of the week's children, none runs on the parent's worker, and
-    the parent gathers all four results under its run id and gates them."""
+    """Each fan-out worker runs some of the week's children, none runs on the parent's worker (the
+    shared server's, on `default`), and the parent gathers all four results under its run id and
+    gates them."""
     from evalsentry.history.store import History
 
     config = fan_out_project(tmp_path, toy_evalset, toy_checkpoints)
     env = {**server, "PREFECT_WORKER_QUERY_SECONDS": "2"}
-    with workers(env, tmp_path, PARENT | FAN_OUT):
+    with workers(env, tmp_path, FAN_OUT):
         wait_queue_ready(server, "gpu", "fan-out")
         week = read_week(server, trigger(server, "2026-W40", config, "--param", "fan_out=true"))
     assert week["state"] == "COMPLETED", week
-    assert (week["worker"], week["queue"]) == ("parent", "default")
+    assert (week["worker"], week["queue"]) == (SHARED_WORKER, "default")
     children = week["children"]
     assert len(children) == 4 and {c["state"] for c in children} == {"COMPLETED"}, children
     assert {c["queue"] for c in children} == {"fan-out"}

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.integration.prefect_server import prefect_server, read_week, trigger, workers
-from tests.integration.test_fan_out import PARENT, fan_out_project
+from tests.integration.test_fan_out import fan_out_project
 
 pytestmark = pytest.mark.integration
+
+PARENT = {"parent": ["--work-queue", "default"]}
 
 
 def test_fan_out_fails_at_once_when_no_worker_polls_the_fan_out_queue(

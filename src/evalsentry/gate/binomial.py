@@ -87,6 +87,29 @@ def binomial_pmf(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> FloatArray:
     return out.reshape(shape)
 
 
+def _walk(
+    j: FloatArray, n: FloatArray, odds: FloatArray, term: FloatArray, total: FloatArray, *, up: bool
+) -> FloatArray:
+    """Each tail's sum, walked term by term away from the mode, up or down, from term ``j``.
+
+    Each step multiplies the term by the next ratio and adds it to the total; a walk ends on
+    the first term that no longer changes its total. The arrays hold only the walks still going.
+    """
+    done = total.copy()
+    going = np.arange(j.size)
+    while going.size:
+        ratio = (n - j) / (j + 1.0) * odds if up else j / (n - j + 1.0) / odds
+        j = j + (1.0 if up else -1.0)
+        term = term * ratio
+        total = total + term
+        on = term > total * 1e-17
+        if not on.all():
+            done[going[~on]] = total[~on]
+            going = going[on]
+            j, n, odds, term, total = j[on], n[on], odds[on], term[on], total[on]
+    return done
+
+
 def binomial_tails(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> tuple[FloatArray, FloatArray]:
     """``(P(X <= k), P(X > k))`` for ``X ~ Binomial(n, p)``; ``k`` outside ``[0, n)`` is allowed.
 
@@ -105,14 +128,11 @@ def binomial_tails(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> tuple[FloatArray
         j = np.where(up, ki + 1.0, ki)
         term = binomial_pmf(j, ni, pi)
         total = term.copy()
-        walking = np.flatnonzero(term > 0)
-        while walking.size:
-            jw, nw, ow, uw = j[walking], ni[walking], odds[walking], up[walking]
-            ratio = np.where(uw, (nw - jw) / (jw + 1.0) * ow, jw / (nw - jw + 1.0) / ow)
-            j[walking] = jw + np.where(uw, 1.0, -1.0)
-            term[walking] *= ratio
-            total[walking] += term[walking]
-            walking = walking[term[walking] > total[walking] * 1e-17]
+        for direction in (up, ~up):
+            walk = np.flatnonzero(direction & (term > 0))
+            total[walk] = _walk(
+                j[walk], ni[walk], odds[walk], term[walk], total[walk], up=direction is up
+            )
         smaller = np.minimum(total, 1.0)
         lower[inner] = np.where(up, 1.0 - smaller, smaller)
         upper[inner] = np.where(up, smaller, 1.0 - smaller)
