@@ -10,6 +10,12 @@ import pytest
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
+    # Under `pytest -n`, each worker (and every process it starts: flow runs, evaluation
+    # children) gets its share of the cores for torch's and BLAS's thread pools: a pool sized for
+    # the whole machine in every worker spins on cores the other workers need. Set before any
+    # test module imports torch or numpy.
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
 
 FAKE_SHA = "0123456789abcdef0123456789abcdef01234567"
 #: Set by a GitHub Actions runner: with them the CI commands write the job's summary and comment.
