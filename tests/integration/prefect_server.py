@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +27,6 @@ SERVER_LOG = "EVALSENTRY_TEST_SERVER_LOG"
 #: The shared server's worker (tests/integration/conftest.py), and its log file in the env.
 SHARED_WORKER = "shared"
 WORKER_LOG = "EVALSENTRY_TEST_WORKER_LOG"
-
-READ_RUN = """
-import json, sys
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-with get_client(sync_client=True) as client:
-    run = client.read_flow_run(sys.argv[1])
-    artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])))
-    print(json.dumps({"id": str(run.id), "name": run.name, "state": run.state.type.value, "message": run.state.message,
-                      "artifacts": sorted(a.key or a.type for a in artifacts)}))
-"""
 
 
 def free_port() -> int:
@@ -143,7 +133,23 @@ def trigger(env: Mapping[str, str], week: str, config: Path, *extra: str) -> str
 
 def read_run(env: Mapping[str, str], flow_run_id: str) -> dict[str, object]:
     """A flow run's id, name, state type, state message and artifact keys, read from the API."""
-    return json.loads(client_script(READ_RUN, env, flow_run_id))  # type: ignore[no-any-return]
+    run = _flow_run(env, flow_run_id)
+    query = {"artifacts": {"flow_run_id": {"any_": [flow_run_id]}}}
+    artifacts = api(env, "POST", "/artifacts/filter", query)
+    assert isinstance(artifacts, list), artifacts
+    return {
+        "id": run["id"],
+        "name": run["name"],
+        "state": run["state"]["type"],
+        "message": run["state"]["message"],
+        "artifacts": sorted(a["key"] or a["type"] for a in artifacts),
+    }
+
+
+def _flow_run(env: Mapping[str, str], flow_run_id: str) -> dict[str, Any]:
+    run = api(env, "GET", f"/flow_runs/{flow_run_id}")
+    assert isinstance(run, dict), run
+    return run
 
 
 def client_script(script: str, env: Mapping[str, str], *args: str, timeout: float = 120) -> str:
@@ -160,37 +166,7 @@ def client_script(script: str, env: Mapping[str, str], *args: str, timeout: floa
     return read.stdout.strip().splitlines()[-1]
 
 
-READ_WEEK = """
-import json, sys, time
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
-
-def row(run):
-    return {"name": run.name, "state": run.state.type.value, "message": run.state.message,
-            "worker": run.labels.get("prefect.worker.name"), "queue": run.work_queue_name,
-            "created": run.created.timestamp(),
-            "start": run.start_time and run.start_time.timestamp(),
-            "end": run.end_time and run.end_time.timestamp()}
-
-deadline = time.monotonic() + float(sys.argv[2])
-with get_client(sync_client=True) as client:
-    while not (run := client.read_flow_run(sys.argv[1])).state.is_final():
-        if time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-        parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id])))
-    print(json.dumps({**row(run), "children": sorted((row(c) for c in children), key=str)}))
-"""
-
 WORKER = (PREFECT, "worker", "start", "--pool", "gpu", "--type", "process")
-
-QUEUE_STATUS = """
-import sys
-from prefect.client.orchestration import get_client
-with get_client(sync_client=True) as client:
-    print(client.read_work_queue_by_name(sys.argv[2], work_pool_name=sys.argv[1]).status.value)
-"""
 
 
 @contextmanager
@@ -221,19 +197,36 @@ def workers(
 def wait_queue_ready(env: Mapping[str, str], pool: str, queue: str, timeout_s: float = 120) -> None:
     """Wait until a worker has polled ``queue`` of ``pool`` (the API marks the queue READY)."""
     deadline = time.monotonic() + timeout_s
-    while (
-        status := subprocess.run(
-            [sys.executable, "-c", QUEUE_STATUS, pool, queue],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        ).stdout.strip()
-    ) != "READY":
+    while (status := _status(env, pool, queue)) != "READY":
         assert time.monotonic() < deadline, f"queue {queue!r} still {status}"
         time.sleep(1)
+
+
+def _status(env: Mapping[str, str], pool: str, queue: str) -> object:
+    found = api(env, "GET", f"/work_pools/{pool}/queues/{queue}")
+    assert isinstance(found, dict), found
+    return found["status"]
+
+
+#: The state types a flow run ends in.
+FINAL = frozenset({"COMPLETED", "FAILED", "CRASHED", "CANCELLED"})
+
+
+def _unix(timestamp: str | None) -> float | None:
+    return None if timestamp is None else datetime.fromisoformat(timestamp).timestamp()
+
+
+def _row(run: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": run["name"],
+        "state": run["state"]["type"],
+        "message": run["state"]["message"],
+        "worker": (run.get("labels") or {}).get("prefect.worker.name"),
+        "queue": run["work_queue_name"],
+        "created": _unix(run["created"]),
+        "start": _unix(run["start_time"]),
+        "end": _unix(run["end_time"]),
+    }
 
 
 def read_week(env: Mapping[str, str], flow_run_id: str, timeout_s: float = 300) -> dict[str, Any]:
@@ -242,8 +235,15 @@ def read_week(env: Mapping[str, str], flow_run_id: str, timeout_s: float = 300) 
     Each has its name, state type and message, the name of the worker that ran it, its work
     queue, and when it was created, started running and ended, as Unix times.
     """
-    line = client_script(READ_WEEK, env, flow_run_id, str(timeout_s), timeout=timeout_s + 120)
-    return json.loads(line)  # type: ignore[no-any-return]
+    deadline = time.monotonic() + timeout_s
+    while (run := _flow_run(env, flow_run_id))["state"]["type"] not in FINAL:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    query = {"flow_runs": {"parent_flow_run_id": {"any_": [flow_run_id]}}}
+    children = api(env, "POST", "/flow_runs/filter", query)
+    assert isinstance(children, list), children
+    return {**_row(run), "children": sorted((_row(c) for c in children), key=str)}
 
 
 def run_week(env: Mapping[str, str], week: str, config: Path) -> dict[str, object]:
@@ -266,18 +266,13 @@ def api(env: Mapping[str, str], method: str, path: str, body: object = None) -> 
     return json.loads(text) if text else None
 
 
-READ_LOGS = """
-import json, sys
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-from prefect.client.schemas.sorting import LogSort
-with get_client(sync_client=True) as client:
-    logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[sys.argv[1]])),
-                            limit=200, sort=LogSort.TIMESTAMP_ASC)
-    print(json.dumps([{"level": log.level, "name": log.name, "message": log.message} for log in logs]))
-"""
-
-
 def read_logs(env: Mapping[str, str], flow_run_id: str) -> list[dict[str, object]]:
     """A flow run's log records as the UI shows them (level, logger, message), oldest first."""
-    return json.loads(client_script(READ_LOGS, env, flow_run_id))  # type: ignore[no-any-return]
+    query = {
+        "logs": {"flow_run_id": {"any_": [flow_run_id]}},
+        "limit": 200,
+        "sort": "TIMESTAMP_ASC",
+    }
+    logs = api(env, "POST", "/logs/filter", query)
+    assert isinstance(logs, list), logs
+    return [{"level": x["level"], "name": x["name"], "message": x["message"]} for x in logs]
