@@ -38,17 +38,10 @@ def _unit_of_work(nodeid: str) -> str:
     return SHARED_SERVER_UNIT if module in SHARED_SERVER else module
 
 
-#: Modules outside tests/integration that take minutes as one unit (a module-scoped fixture that
-#: trains six models and runs three weeks): started early, so no worker waits on them at the end.
-LONG_MODULES = frozenset({"tests/flows/test_text_week.py"})
-
-
 def _run_order(item: pytest.Item) -> int:
-    """The shared server's tests, the other integration tests and the long modules, the rest."""
+    """The shared server's tests, then the other integration tests, then everything else."""
     module = item.nodeid.split("::", maxsplit=1)[0]
-    if module in SHARED_SERVER:
-        return 0
-    return 1 if module.startswith("tests/integration/") or module in LONG_MODULES else 2
+    return 0 if module in SHARED_SERVER else 1 if module.startswith("tests/integration/") else 2
 
 
 @pytest.hookimpl(tryfirst=True)
