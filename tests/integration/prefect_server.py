@@ -273,6 +273,13 @@ def read_logs(env: Mapping[str, str], flow_run_id: str) -> list[dict[str, object
         "limit": 200,
         "sort": "TIMESTAMP_ASC",
     }
-    logs = api(env, "POST", "/logs/filter", query)
-    assert isinstance(logs, list), logs
-    return [{"level": x["level"], "name": x["name"], "message": x["message"]} for x in logs]
+    # A run's records reach the API in batches, after it ended too: read until they stop coming.
+    deadline, logs = time.monotonic() + 30, None
+    while True:
+        time.sleep(1)
+        found = api(env, "POST", "/logs/filter", query)
+        assert isinstance(found, list), found
+        if found == logs or time.monotonic() > deadline:
+            break
+        logs = found
+    return [{"level": x["level"], "name": x["name"], "message": x["message"]} for x in found]
