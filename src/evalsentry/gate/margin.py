@@ -169,6 +169,7 @@ class MarginTest:
         self._cells: tuple[IntArray, IntArray, FloatArray, IntArray] | None = None
         self._critical: dict[float, FloatArray] = {}
         self._limits = np.zeros((2, 0), np.int64)
+        self._z_table, self._z_rows = np.zeros(0), 0
 
     def _grid(self) -> FloatArray:
         """Discordances from the margin up to 1, spaced by a share of the count's spread."""
@@ -248,6 +249,20 @@ class MarginTest:
         sums = np.bincount(point - first, weights=probability * tail, minlength=last + 1 - first)
         return np.asarray(sums, np.float64)
 
+    def z_of(self, discordant: IntArray, newly_wrong: IntArray) -> FloatArray:
+        """``tango_z(b, m - b)`` for counts ``0 <= b <= m``, from a table of every (m, b) so far.
+
+        Row m of the table starts at ``m * (m + 1) / 2``; it grows to the largest m asked.
+        """
+        top = int(discordant.max(initial=0))
+        if self._z_rows <= top:
+            rows = max(top + 1, 2 * self._z_rows)
+            m = np.repeat(np.arange(rows), np.arange(1, rows + 1))
+            b = np.arange(m.size) - m * (m + 1) // 2
+            self._z_table = tango_z(b, m - b, self.n, self.margin)
+            self._z_rows = rows
+        return np.asarray(self._z_table[discordant * (discordant + 1) // 2 + newly_wrong])
+
     def p_value(self, newly_wrong: int, newly_right: int) -> float:
         """The exact one-sided p-value of ``H0: drop <= margin`` for the observed flips."""
         if self.margin >= 1.0:
@@ -260,23 +275,29 @@ class MarginTest:
     def _critical_upto(self, level: float, last: int) -> FloatArray:
         """Each grid point's smallest z whose tail is within the level (points ``0..last``).
 
-        Found by bisection to ``_Z_PRECISION``, for the points not yet known at this level. A
-        level at or below ``GAMMA``, the p-value's floor, is out of reach: its critical z is
-        ``_Z_HIGH``, beyond any outcome with a real probability.
+        Found by bisection to ``_Z_PRECISION``, for the points not yet known at this level, a
+        few points at a time (:class:`_TailTable` holds their tails). A level at or below
+        ``GAMMA``, the p-value's floor, is out of reach: its critical z is ``_Z_HIGH``, beyond
+        any outcome with a real probability.
         """
         done = self._critical.get(level, np.zeros(0))
         if done.size <= last:
             target = (level - GAMMA) / GRID_SLACK
             # Grow by doubling: a search that asks for ever more points pays twice at most.
             last = min(self.grid.size - 1, max(last, 2 * done.size))
-            size = last + 1 - done.size
-            low, high = np.full(size, _Z_LOW), np.full(size, _Z_HIGH)
-            while float(high[0] - low[0]) > _Z_PRECISION:
-                middle = (low + high) / 2
-                within = self._tails(middle, done.size, last) <= target
-                high = np.where(within, middle, high)
-                low = np.where(within, low, middle)
-            done = self._critical[level] = np.concatenate([done, high])
+            found = [done]
+            first = done.size
+            while first <= last:
+                table = _TailTable(self, first, last)
+                low, high = np.full(table.points, _Z_LOW), np.full(table.points, _Z_HIGH)
+                while float(high[0] - low[0]) > _Z_PRECISION:
+                    middle = (low + high) / 2
+                    within = table.tails(middle) <= target
+                    high = np.where(within, middle, high)
+                    low = np.where(within, low, middle)
+                found.append(high)
+                first += table.points
+            done = self._critical[level] = np.concatenate(found)
         return done
 
     def rejects_from(self, discordant: IntArray, level: float) -> IntArray:
@@ -315,6 +336,85 @@ class MarginTest:
             first = self.rejects_from(m, level)
         share = np.full(m.size, min(1.0, (newly_right_rate + drop) / d))
         return float(np.clip((probability * _upper_tail(first, m, share)).sum(), 0.0, 1.0))
+
+
+#: Cells (grid point, discordant count) times newly wrong counts a :class:`_TailTable` holds.
+_TABLE_SIZE = 1 << 20
+#: Counts beyond _TAIL_SDS standard deviations a table holds: a binomial of mean 1 has 1e-19 of
+#: its probability 20 or more above it (and 9 standard deviations are 9).
+_SKEW_COUNTS = 10
+
+
+class _TailTable:
+    """Every tail ``P(Z >= z)`` of some consecutive grid points, for the critical z's bisection.
+
+    At a grid point, ``P(Z >= z)`` sums, over the plausible discordant counts m, ``P(M = m)``
+    times ``P(B >= b)``, b the fewest newly wrong examples whose z reaches ``z``. The bisection
+    asks it at ~17 values of z: instead of summing a binomial tail per count each time, each
+    count's tails over all its plausible b are taken once, as the running sum of its
+    probabilities from the top (each probability the last one times the ratio of consecutive
+    terms), and the z of every (m, b) once; each step then only looks them up. Counts b
+    further than ``_TAIL_SDS`` standard deviations and ``_SKEW_COUNTS`` from their mean hold
+    below 1e-18 of probability (the counts added cover a skewed binomial, whose mean is within
+    a few of 0 or m): a threshold below them has tail 1, above them 0.
+    """
+
+    def __init__(self, test: MarginTest, first: int, last: int) -> None:
+        point, count, probability = test._cells_of(first, last)
+        share = test.share[point]
+        m = count.astype(np.float64)
+        spread = _TAIL_SDS * np.sqrt(m * share * (1.0 - share)) + _SKEW_COUNTS
+        low = np.clip(np.floor(m * share - spread) - 1.0, 0.0, m).astype(np.int64)
+        high = np.clip(np.ceil(m * share + spread) + 1.0, 0.0, m).astype(np.int64)
+        # Where every discordant example is newly wrong (on the margin at d = margin), B = m.
+        low = np.where(share < 1.0, low, count)
+        # As many points as keep the table within _TABLE_SIZE numbers (at least one point).
+        width = np.maximum.accumulate(high - low + 1)
+        ends = np.flatnonzero(np.diff(point, append=point[-1] + 1)) + 1
+        fits = ends[ends * width[ends - 1] <= _TABLE_SIZE]
+        stop = int(fits[-1]) if fits.size else int(ends[0])
+        self.points = int(point[stop - 1]) - first + 1
+        point, count, probability = point[:stop], count[:stop], probability[:stop]
+        share, low, high = share[:stop], low[:stop], high[:stop]
+        columns = int((high - low).max()) + 1
+        b = low[:, None] + np.arange(columns)
+        held = b <= high[:, None]
+        b = np.where(held, b, high[:, None])
+        # Each count's probabilities over its b: the first's exact value, then the running
+        # product of the ratios (m - b) / (b + 1) * share / (1 - share) of consecutive terms.
+        inner = (share < 1.0) & (count > 0)
+        start = np.ones(count.size)  # B = m = low where not inner
+        start[inner] = binomial_pmf(low[inner], count[inner], share[inner])
+        odds = np.where(inner, share, 0.0) / np.where(inner, 1.0 - share, 1.0)
+        ratio = (count[:, None] - b[:, :-1]) / (b[:, :-1] + 1.0) * odds[:, None]
+        pmf = np.empty(b.shape)
+        pmf[:, 0] = start
+        np.cumprod(ratio, axis=1, out=pmf[:, 1:])
+        pmf[:, 1:] *= start[:, None]
+        pmf[~held] = 0.0
+        # tail[:, j] = P(B >= low + j); one more column, past every b, of 0.
+        self._tail = np.zeros((b.shape[0], columns + 1))
+        self._tail[:, :-1] = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1]
+        self._z = np.where(held, test.z_of(count[:, None], b), np.inf)
+        self._first, self._cell_point = first, point - first
+        self._weight = probability
+        self._steps = math.ceil(math.log2(columns + 1))
+
+    def tails(self, z: FloatArray) -> FloatArray:
+        """``P(Z >= z)`` at each of the table's points, ``z`` one value per point."""
+        threshold = z[self._cell_point]
+        rows = np.arange(self._z.shape[0])
+        # The first column whose z reaches the threshold (the b's z grows with b).
+        low, high = np.zeros(rows.size, np.int64), np.full(rows.size, self._z.shape[1], np.int64)
+        for _ in range(self._steps):
+            middle = (low + high) // 2
+            below = self._z[rows, np.minimum(middle, self._z.shape[1] - 1)] < threshold
+            below &= middle < self._z.shape[1]
+            low = np.where(below, middle + 1, low)
+            high = np.where(below, high, middle)
+        tail = self._tail[rows, high]
+        sums = np.bincount(self._cell_point, weights=self._weight * tail, minlength=self.points)
+        return np.asarray(sums, np.float64)
 
 
 @lru_cache(maxsize=64)

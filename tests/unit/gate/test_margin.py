@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import json
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +24,8 @@ from evalsentry.gate.margin import (
 from evalsentry.gate.stats import mcnemar_p
 
 ALPHA = 0.05
+
+ROOT = Path(__file__).parents[3]
 
 
 def every_outcome(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -228,3 +232,41 @@ class TestDetectableDrop:
         """Five examples cannot detect a drop of at most half of them 80% of the time: None."""
         assert detectable_drop(5, 0, Fraction("0.01") * 5, ALPHA, largest=0.5) is None
         assert detectable_drop(5, 0, Fraction("0.01") * 5, ALPHA) is not None  # 4 of 5 wrong
+
+
+class TestTailTables:
+    """The critical z's bisection reads tails from tables; they are the exact sums it replaced."""
+
+    @pytest.mark.parametrize(
+        ("n", "allowed"), [(360, Fraction(18, 5)), (1000, Fraction(0)), (719, 14)]
+    )
+    def test_every_tail_is_the_exact_sum(self, n: int, allowed: Fraction) -> None:
+        """At every grid point up to d = 0.3 and z from -4 to 9: equal to 1e-9 relative (1e-15 absolute: each count leaves out 1e-18)."""
+        test = MarginTest(n, Fraction(allowed))
+        last = int(np.searchsorted(test.grid, 0.3))
+        table = margin_module._TailTable(test, 0, last)
+        points = table.points
+        for z in np.linspace(-4.0, 9.0, 27):
+            exact = test._tails(float(z), 0, points - 1)
+            looked_up = table.tails(np.full(points, z))
+            np.testing.assert_allclose(looked_up, exact, rtol=1e-9, atol=1e-15)
+
+    def test_a_table_too_big_for_its_budget_covers_fewer_points(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Under a small budget the points come a few at a time, with the same critical z's."""
+        whole = MarginTest(1000, Fraction(10))._critical_upto(ALPHA, 60)
+        monkeypatch.setattr(margin_module, "_TABLE_SIZE", 5_000)
+        assert margin_module._TailTable(MarginTest(1000, Fraction(10)), 0, 60).points < 10
+        np.testing.assert_array_equal(
+            MarginTest(1000, Fraction(10))._critical_upto(ALPHA, 60), whole
+        )
+
+    def test_the_detectable_drops_of_the_implementation_before(self) -> None:
+        """13 cases of a grid on which the per-step tail sums and the tables agreed exactly."""
+        reference = ROOT / "tests/data/detectable_drops_before_tail_tables.json"
+        for case in json.loads(reference.read_text())["cases"]:
+            drop = detectable_drop(
+                case["n"], case["newly_right"], Fraction(case["allowed"]), case["level"]
+            )
+            assert drop == pytest.approx(case["drop"], rel=5e-4), case
