@@ -44,6 +44,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from evalsentry.gate.binomial import binomial_pmf, binomial_tails
+from evalsentry.gate.tail_tables import TAIL_SDS as _TAIL_SDS
+from evalsentry.gate.tail_tables import TailTable
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -64,9 +66,6 @@ _GRID_MIN_STEP = 0.25
 # Within this many standard deviations above the margin, steps of _NEAR_GRID_SDS.
 _NEAR_SDS = 3.0
 _NEAR_GRID_SDS = 0.1
-# Discordant counts further than this many standard deviations from their mean have a
-# probability below 1e-18: they are left out of every sum.
-_TAIL_SDS = 9.0
 # Critical z values are found in [_Z_LOW, _Z_HIGH] (levels from 1e-15 to 0.99) to _Z_PRECISION,
 # far finer than the power sums need; drops to 2**-20 (1e-6) of their range.
 _Z_LOW, _Z_HIGH, _Z_PRECISION = -4.0, 9.0, 1e-4
@@ -276,7 +275,7 @@ class MarginTest:
         """Each grid point's smallest z whose tail is within the level (points ``0..last``).
 
         Found by bisection to ``_Z_PRECISION``, for the points not yet known at this level, a
-        few points at a time (:class:`_TailTable` holds their tails). A level at or below
+        few points at a time (a :class:`TailTable` holds their tails). A level at or below
         ``GAMMA``, the p-value's floor, is out of reach: its critical z is ``_Z_HIGH``, beyond
         any outcome with a real probability.
         """
@@ -288,7 +287,8 @@ class MarginTest:
             found = [done]
             first = done.size
             while first <= last:
-                table = _TailTable(self, first, last)
+                point, count, probability = self._cells_of(first, last)
+                table = TailTable(point - first, count, probability, self.share[point], self)
                 low, high = np.full(table.points, _Z_LOW), np.full(table.points, _Z_HIGH)
                 while float(high[0] - low[0]) > _Z_PRECISION:
                     middle = (low + high) / 2
@@ -336,85 +336,6 @@ class MarginTest:
             first = self.rejects_from(m, level)
         share = np.full(m.size, min(1.0, (newly_right_rate + drop) / d))
         return float(np.clip((probability * _upper_tail(first, m, share)).sum(), 0.0, 1.0))
-
-
-#: Cells (grid point, discordant count) times newly wrong counts a :class:`_TailTable` holds.
-_TABLE_SIZE = 1 << 20
-#: Counts beyond _TAIL_SDS standard deviations a table holds: a binomial of mean 1 has 1e-19 of
-#: its probability 20 or more above it (and 9 standard deviations are 9).
-_SKEW_COUNTS = 10
-
-
-class _TailTable:
-    """Every tail ``P(Z >= z)`` of some consecutive grid points, for the critical z's bisection.
-
-    At a grid point, ``P(Z >= z)`` sums, over the plausible discordant counts m, ``P(M = m)``
-    times ``P(B >= b)``, b the fewest newly wrong examples whose z reaches ``z``. The bisection
-    asks it at ~17 values of z: instead of summing a binomial tail per count each time, each
-    count's tails over all its plausible b are taken once, as the running sum of its
-    probabilities from the top (each probability the last one times the ratio of consecutive
-    terms), and the z of every (m, b) once; each step then only looks them up. Counts b
-    further than ``_TAIL_SDS`` standard deviations and ``_SKEW_COUNTS`` from their mean hold
-    below 1e-18 of probability (the counts added cover a skewed binomial, whose mean is within
-    a few of 0 or m): a threshold below them has tail 1, above them 0.
-    """
-
-    def __init__(self, test: MarginTest, first: int, last: int) -> None:
-        point, count, probability = test._cells_of(first, last)
-        share = test.share[point]
-        m = count.astype(np.float64)
-        spread = _TAIL_SDS * np.sqrt(m * share * (1.0 - share)) + _SKEW_COUNTS
-        low = np.clip(np.floor(m * share - spread) - 1.0, 0.0, m).astype(np.int64)
-        high = np.clip(np.ceil(m * share + spread) + 1.0, 0.0, m).astype(np.int64)
-        # Where every discordant example is newly wrong (on the margin at d = margin), B = m.
-        low = np.where(share < 1.0, low, count)
-        # As many points as keep the table within _TABLE_SIZE numbers (at least one point).
-        width = np.maximum.accumulate(high - low + 1)
-        ends = np.flatnonzero(np.diff(point, append=point[-1] + 1)) + 1
-        fits = ends[ends * width[ends - 1] <= _TABLE_SIZE]
-        stop = int(fits[-1]) if fits.size else int(ends[0])
-        self.points = int(point[stop - 1]) - first + 1
-        point, count, probability = point[:stop], count[:stop], probability[:stop]
-        share, low, high = share[:stop], low[:stop], high[:stop]
-        columns = int((high - low).max()) + 1
-        b = low[:, None] + np.arange(columns)
-        held = b <= high[:, None]
-        b = np.where(held, b, high[:, None])
-        # Each count's probabilities over its b: the first's exact value, then the running
-        # product of the ratios (m - b) / (b + 1) * share / (1 - share) of consecutive terms.
-        inner = (share < 1.0) & (count > 0)
-        start = np.ones(count.size)  # B = m = low where not inner
-        start[inner] = binomial_pmf(low[inner], count[inner], share[inner])
-        odds = np.where(inner, share, 0.0) / np.where(inner, 1.0 - share, 1.0)
-        ratio = (count[:, None] - b[:, :-1]) / (b[:, :-1] + 1.0) * odds[:, None]
-        pmf = np.empty(b.shape)
-        pmf[:, 0] = start
-        np.cumprod(ratio, axis=1, out=pmf[:, 1:])
-        pmf[:, 1:] *= start[:, None]
-        pmf[~held] = 0.0
-        # tail[:, j] = P(B >= low + j); one more column, past every b, of 0.
-        self._tail = np.zeros((b.shape[0], columns + 1))
-        self._tail[:, :-1] = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1]
-        self._z = np.where(held, test.z_of(count[:, None], b), np.inf)
-        self._first, self._cell_point = first, point - first
-        self._weight = probability
-        self._steps = math.ceil(math.log2(columns + 1))
-
-    def tails(self, z: FloatArray) -> FloatArray:
-        """``P(Z >= z)`` at each of the table's points, ``z`` one value per point."""
-        threshold = z[self._cell_point]
-        rows = np.arange(self._z.shape[0])
-        # The first column whose z reaches the threshold (the b's z grows with b).
-        low, high = np.zeros(rows.size, np.int64), np.full(rows.size, self._z.shape[1], np.int64)
-        for _ in range(self._steps):
-            middle = (low + high) // 2
-            below = self._z[rows, np.minimum(middle, self._z.shape[1] - 1)] < threshold
-            below &= middle < self._z.shape[1]
-            low = np.where(below, middle + 1, low)
-            high = np.where(below, high, middle)
-        tail = self._tail[rows, high]
-        sums = np.bincount(self._cell_point, weights=self._weight * tail, minlength=self.points)
-        return np.asarray(sums, np.float64)
 
 
 @lru_cache(maxsize=64)

@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 import evalsentry.gate.margin as margin_module
+from evalsentry.gate import tail_tables
 from evalsentry.gate.margin import (
     GAMMA,
     GRID_SLACK,
@@ -234,6 +235,12 @@ class TestDetectableDrop:
         assert detectable_drop(5, 0, Fraction("0.01") * 5, ALPHA) is not None  # 4 of 5 wrong
 
 
+def _table(test: MarginTest, last: int) -> tail_tables.TailTable:
+    """The tail table of grid points 0 to ``last`` (or the first of them that fit)."""
+    point, count, probability = test._cells_of(0, last)
+    return tail_tables.TailTable(point, count, probability, test.share[point], test)
+
+
 class TestTailTables:
     """The critical z's bisection reads tails from tables; they are the exact sums it replaced."""
 
@@ -244,7 +251,7 @@ class TestTailTables:
         """At every grid point up to d = 0.3 and z from -4 to 9: equal to 1e-9 relative (1e-15 absolute: each count leaves out 1e-18)."""
         test = MarginTest(n, Fraction(allowed))
         last = int(np.searchsorted(test.grid, 0.3))
-        table = margin_module._TailTable(test, 0, last)
+        table = _table(test, last)
         points = table.points
         for z in np.linspace(-4.0, 9.0, 27):
             exact = test._tails(float(z), 0, points - 1)
@@ -256,8 +263,8 @@ class TestTailTables:
     ) -> None:
         """Under a small budget the points come a few at a time, with the same critical z's."""
         whole = MarginTest(1000, Fraction(10))._critical_upto(ALPHA, 60)
-        monkeypatch.setattr(margin_module, "_TABLE_SIZE", 5_000)
-        assert margin_module._TailTable(MarginTest(1000, Fraction(10)), 0, 60).points < 10
+        monkeypatch.setattr(tail_tables, "TABLE_SIZE", 5_000)
+        assert _table(MarginTest(1000, Fraction(10)), 60).points < 10
         np.testing.assert_array_equal(
             MarginTest(1000, Fraction(10))._critical_upto(ALPHA, 60), whole
         )
