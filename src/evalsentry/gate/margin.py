@@ -67,9 +67,10 @@ _GRID_MIN_STEP = 0.25
 _NEAR_SDS = 3.0
 _NEAR_GRID_SDS = 0.1
 # Critical z values are found in [_Z_LOW, _Z_HIGH] (levels from 1e-15 to 0.99) to _Z_PRECISION,
-# far finer than the power sums need; drops to 2**-20 (1e-6) of their range.
+# far finer than the power sums need; detectable drops to 1e-6 of their size (in at most
+# _DROP_STEPS power sums).
 _Z_LOW, _Z_HIGH, _Z_PRECISION = -4.0, 9.0, 1e-4
-_DROP_STEPS = 20
+_DROP_STEPS, _DROP_PRECISION = 60, 1e-6
 # Expected discordant examples at the margin from which power uses the normal critical value.
 _NORMAL_COUNT = 400
 
@@ -412,15 +413,27 @@ def _detectable_drop(
         return None
     # Double the excess over the margin until detected that often: the search stays near the
     # answer, where the grid is cheap, instead of starting at the largest drop there can be.
+    short = test.power(rate, low, level) - power  # below 0: at the margin it is at most level
     high = min(top, low + max(low, 1.0 / n))
-    while test.power(rate, high, level) < power:
+    while (over := test.power(rate, high, level) - power) < 0.0:
         if high >= top:
             return None
-        low, high = high, min(top, high + 2.0 * (high - low))
+        low, short, high = high, over, min(top, high + 2.0 * (high - low))
+    # Power grows smoothly with the drop: regula falsi, Illinois' variant (the end that stays
+    # twice running has its value halved), needs a few power sums where halving needed twenty.
+    # ``high`` stays detected that often.
+    stays = 0
     for _ in range(_DROP_STEPS):
-        middle = (low + high) / 2
-        if test.power(rate, middle, level) >= power:
-            high = middle
+        if high - low <= _DROP_PRECISION * high:
+            break
+        middle = high - over * (high - low) / (over - short)
+        if not low < middle < high:
+            middle = (low + high) / 2
+        found = test.power(rate, middle, level) - power
+        if found >= 0.0:
+            high, over = middle, found
+            short, stays = (short / 2, stays + 1) if stays > 0 else (short, 1)
         else:
-            low = middle
+            low, short = middle, found
+            over, stays = (over / 2, stays - 1) if stays < 0 else (over, -1)
     return high
