@@ -1,4 +1,4 @@
-"""Things a test run builds once and every test process shares: trained models, harness logs.
+"""Things a test run builds once and every test process shares (the harness logs).
 
 Under `pytest -n` each worker is a process with its own session, so a session-scoped fixture
 alone would build the same thing once per worker. :func:`built_once` builds it in the folder

@@ -128,11 +128,9 @@ def binomial_tails(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> tuple[FloatArray
         j = np.where(up, ki + 1.0, ki)
         term = binomial_pmf(j, ni, pi)
         total = term.copy()
-        for direction in (up, ~up):
+        for direction, upward in ((up, True), (~up, False)):
             walk = np.flatnonzero(direction & (term > 0))
-            total[walk] = _walk(
-                j[walk], ni[walk], odds[walk], term[walk], total[walk], up=direction is up
-            )
+            total[walk] = _walk(j[walk], ni[walk], odds[walk], term[walk], total[walk], up=upward)
         smaller = np.minimum(total, 1.0)
         lower[inner] = np.where(up, 1.0 - smaller, smaller)
         upper[inner] = np.where(up, smaller, 1.0 - smaller)

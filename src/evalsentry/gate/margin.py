@@ -252,11 +252,12 @@ class MarginTest:
     def z_of(self, discordant: IntArray, newly_wrong: IntArray) -> FloatArray:
         """``tango_z(b, m - b)`` for counts ``0 <= b <= m``, from a table of every (m, b) so far.
 
-        Row m of the table starts at ``m * (m + 1) / 2``; it grows to the largest m asked.
+        Row m of the table starts at ``m * (m + 1) / 2``; it grows (by doubling, up to the
+        ``n + 1`` rows there can be) to the largest m asked.
         """
         top = int(discordant.max(initial=0))
         if self._z_rows <= top:
-            rows = max(top + 1, 2 * self._z_rows)
+            rows = min(self.n + 1, max(top + 1, 2 * self._z_rows))
             m = np.repeat(np.arange(rows), np.arange(1, rows + 1))
             b = np.arange(m.size) - m * (m + 1) // 2
             self._z_table = tango_z(b, m - b, self.n, self.margin)
