@@ -350,12 +350,15 @@ def compute_metrics(
 
     Raises:
         UnknownMetric: For an unknown metric name.
-        ValueError: For invalid arguments, missing columns, or a metric that is
-            not offered for ``num_classes`` (see :func:`default_metrics`).
+        ValueError: For invalid arguments (no metric named, a mask of another
+            length), missing columns, or a metric that is not offered for
+            ``num_classes`` (see :func:`default_metrics`).
 
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if not names:
+        raise ValueError("no metric named: name at least one (see default_metrics)")
     metrics = _applicable(names, num_classes)
     needed = [name for metric in metrics for name in metric.required_columns]
     if mask is not None:

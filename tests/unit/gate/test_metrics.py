@@ -334,6 +334,12 @@ class TestBootstrap:
         with pytest.raises(ValueError, match="boolean"):
             compute_metrics(HAND, ["accuracy"], num_classes=3, mask=np.ones(4, dtype=bool))
 
+    def test_no_metric_named_is_the_error_with_or_without_a_mask(self) -> None:
+        """An empty metric list is said to be one, not blamed on a valid mask."""
+        for mask in (None, np.ones(5, dtype=bool)):
+            with pytest.raises(ValueError, match="no metric named"):
+                compute_metrics(HAND, [], num_classes=3, mask=mask)
+
     def test_single_example_has_value_but_no_interval(self) -> None:
         """With n = 1 the value is reported and the CI is NaN."""
         mask = np.array([True, False, False, False, False])
