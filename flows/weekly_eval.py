@@ -34,6 +34,7 @@ from evalsentry.flows.runs import (
     short_id,
 )
 from evalsentry.gate.drift import DriftResult
+from evalsentry.gate.verdicts import Comparison
 from evalsentry.gate.week import GateReport, Verdict
 from evalsentry.history.store import History
 from evalsentry.names import WEEKLY_RUN, WEEKLY_STAGES
@@ -339,6 +340,7 @@ class Ran:
     outcomes: list[Outcome]
     validations: dict[str, dict[str, Any]]
     drifts: list[DriftResult]
+    timed: list[Comparison]  # paired timing's verdicts, recorded as they were measured
 
 
 def _run_plan(run: RunContext, plan: WeekPlan, runner: RunnerChoice) -> Ran:
@@ -386,10 +388,11 @@ def _run_plan(run: RunContext, plan: WeekPlan, runner: RunnerChoice) -> Ran:
         for d in on_device(check_drift, run.device)(evalset, outcomes, settings, run.device)
     ]
     write_drift(settings.store_url, [d.row(run.run_id, week) for d in drifts])
+    slowdowns: list[Comparison] = []
     if runner.times_here:  # recorded before the gate of the week, which reads them
         slowdowns = time_against_previous_week(outcomes, loaded, settings, week, run.device)
         write_comparisons(settings.store_url, [c.row(run.run_id, now_utc()) for c in slowdowns])
-    return Ran(outcomes, validations, drifts)
+    return Ran(outcomes, validations, drifts, slowdowns)
 
 
 def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None) -> State:
@@ -400,9 +403,15 @@ def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None)
     headline, and the run's log opens on it and its details.
     """
     settings, week = run.settings, run.week
+    # The report holds this run's timing verdicts too (the gate read them back): once is enough.
+    timed = {(c.evaluation_id, c.metric, c.reference) for c in ran.timed}
     write_comparisons(
         settings.store_url,
-        [c.row(run.run_id, now_utc()) for c in report.comparisons if c.recorded],
+        [
+            c.row(run.run_id, now_utc())
+            for c in report.comparisons
+            if c.recorded and (c.evaluation_id, c.metric, c.reference) not in timed
+        ],
     )
     for drifted in ran.drifts:
         if drifted.verdict != Verdict.PASS:

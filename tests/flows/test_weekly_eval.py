@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 import torch
 from prefect.client.orchestration import get_client
@@ -109,6 +110,14 @@ class TestWeeklyEval:
         rows = history(toy_project).comparisons()
         timed = rows[rows["metric"] == "microseconds_per_example"]
         assert timed["verdict"].tolist() == ["WARN"] and timed["value"].item() > 0
+        # The raw table, as a DuckDB query reads it: the run recorded its timing verdict once,
+        # saying whose it is like every other comparison of the week.
+        raw = duckdb.sql(
+            "select kind, stage, checkpoint_sha256, verdict from read_parquet("
+            f"'{load_config(toy_project).store_url}/comparisons/*.parquet', union_by_name = true)"
+            " where metric = 'microseconds_per_example'"
+        ).fetchall()
+        assert raw == [("scheduled", "production", entry.sha256, "WARN")]
 
     def test_run_is_named_after_the_week_and_publishes_artifacts(self, toy_project: Path) -> None:
         """The run name carries week, kind and id; report, table, link and progress artifacts exist.

@@ -95,13 +95,11 @@ def slowdown_comparison(
     pair: TimingPair, timing: PairedTiming | None, threshold: float, error: str = ""
 ) -> Comparison:
     """The WARN (or PASS) of one pair's paired timing; a WARN saying so when it could not run."""
-    row, previous = pair.outcome.evaluation, pair.reference
+    from evalsentry.gate.pairs import owner
+
+    previous = pair.reference
     base = {
-        "evaluation_id": row["evaluation_id"],
-        "week": row["week"],
-        "model": row["model"],
-        "version": row["version"],
-        "evalset": row["evalset"],
+        **owner(pair.outcome.evaluation),  # whose: the evaluation's kind, stage and checkpoint too
         "reference": Reference.PREVIOUS_WEEK,
         "metric": METRIC,
         "reference_evaluation_id": previous["evaluation_id"],

@@ -68,7 +68,7 @@ def _units(columns: dict[str, np.ndarray], policy: GatePolicy) -> list[Unit]:
     return [Unit(OVERALL, None, "gate")] + [Unit(name, mask, family) for name, mask in slices]
 
 
-def _owner(row: pd.Series) -> dict[str, Any]:
+def owner(row: Mapping[str, Any] | pd.Series) -> dict[str, Any]:
     """The fields of a comparison that say whose it is: the evaluation row's."""
     return {
         "evaluation_id": row["evaluation_id"],
@@ -91,7 +91,7 @@ def _verdict(
 ) -> Comparison:
     """A verdict on one evaluation row as a whole (metric ``*`` unless given)."""
     return Comparison(
-        **_owner(row),
+        **owner(row),
         reference=reference,
         metric=fields.pop("metric", "*"),
         verdict=verdict,
@@ -252,7 +252,7 @@ def _comparison(
 ) -> Comparison:
     """The row of one measured and judged metric on one unit."""
     return Comparison(
-        **_owner(current),
+        **owner(current),
         reference=reference_kind,
         metric=m.metric,
         slice=m.slice,

@@ -286,7 +286,11 @@ class History(Compaction):
         return frame.drop_duplicates(["evaluation_id", "metric", "slice"]).reset_index(drop=True)
 
     def comparisons(self, evaluation_ids: Iterable[str] | None = None) -> pd.DataFrame:
-        """The gate's stored verdicts (newest gate run per evaluation)."""
+        """The gate's stored verdicts: of each evaluation, all those of its newest gate run.
+
+        The newest run is that of the evaluation's newest row (``created_at``); a run records
+        some verdicts before others (paired timing's as it measures, the rest when it gates).
+        """
         import pyarrow.compute as pc
 
         filter_ = (
@@ -297,8 +301,8 @@ class History(Compaction):
         frame = self._read(COMPARISONS, filter_).to_pandas()
         if frame.empty:
             return frame
-        latest = frame.groupby("evaluation_id")["created_at"].transform("max")
-        return frame[frame["created_at"] == latest].reset_index(drop=True)
+        newest = frame.sort_values("created_at").groupby("evaluation_id")["run_id"].last()
+        return frame[frame["run_id"] == frame["evaluation_id"].map(newest)].reset_index(drop=True)
 
     def predictions(self, evaluation_id: str) -> dict[str, np.ndarray] | None:
         """Per-example outputs of one evaluation, or None when they were never stored."""
