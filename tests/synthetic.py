@@ -95,7 +95,7 @@ def record_week(
     }
     cols = predictions(correct)
     rows = []
-    if status == "ok":
+    if status == "ok" and metrics:
         units = [
             ("", None),
             ("half=even", cols["slice:half"] == "even"),

@@ -22,7 +22,9 @@ from evalsentry.gate.content import content_change
 from evalsentry.gate.metrics import metric_names
 from evalsentry.gate.slices import OVERALL, slice_columns, slice_masks
 from evalsentry.gate.verdicts import Comparison, Reference, Verdict
+from evalsentry.history.schema import METRICS
 from evalsentry.history.store import History
+from evalsentry.storage import join
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -191,6 +193,16 @@ def compare(
         return [_error(current, reference_kind, pairs, **ref_fields)]
     # Without the evalset's spec, judge every metric either side recorded: one missing is an ERROR.
     metrics = list(names) or sorted({metric for _, metric, _ in pairs.stored})
+    if not metrics:  # nothing compared is never a PASS
+        return [
+            _error(
+                current,
+                reference_kind,
+                "not comparable: no metric to compare (neither evaluation has a row in "
+                f"{join(history.path, METRICS)}, and no usable manifest of the evalset names them)",
+                **ref_fields,
+            )
+        ]
     units = _units(pairs.current, policy)
     ids = (reference["evaluation_id"], current["evaluation_id"])
 

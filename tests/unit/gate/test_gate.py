@@ -51,6 +51,21 @@ class TestVerdicts:
         assert acc.verdict == Verdict.PASS and (acc.newly_wrong, acc.newly_right) == (0, 0)
         assert report.verdict == Verdict.PASS and report.exit_code == 0
 
+    def test_nothing_to_compare_is_an_error_naming_where_it_looked(self, history: History) -> None:
+        """Predictions on both sides, no metric rows, no manifest naming metrics: an ERROR (exit
+        2) naming the metrics folder, although accuracy dropped 10 points; never a PASS."""
+        before = accuracy_mask(N, 0.9)
+        after = before.copy()
+        after[np.flatnonzero(before)[:90]] = False
+        record_week(history, "2026-W40", before, metrics=())
+        record_week(history, "2026-W41", after, checkpoint="d" * 64, version=2, metrics=())
+        report = gate_week(history, "2026-W41", POLICY)
+        assert {c.verdict for c in report.comparisons} == {Verdict.ERROR}
+        assert report.verdict == Verdict.ERROR and report.exit_code == 2
+        reason = report.comparisons[0].reason
+        assert reason.startswith("not comparable: no metric to compare")
+        assert f"{history.path}/metrics" in reason
+
     def test_real_drop_fails_naming_model_metric_drop_p_and_flips(self, history: History) -> None:
         """A 5% relative accuracy drop on the same examples FAILs, with the evidence in the message."""
         before = accuracy_mask(N, 0.9)
