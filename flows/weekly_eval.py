@@ -395,6 +395,19 @@ def _run_plan(run: RunContext, plan: WeekPlan, runner: RunnerChoice) -> Ran:
     return Ran(outcomes, validations, drifts, slowdowns)
 
 
+def _unrecorded(report: GateReport, ran: Ran) -> list[Comparison]:
+    """The report's verdicts this run has yet to record.
+
+    All of them but the paired timing it recorded as it measured (the gate read them back).
+    """
+    timed = {(c.evaluation_id, c.metric, c.reference) for c in ran.timed}
+    return [
+        c
+        for c in report.comparisons
+        if c.recorded and (c.evaluation_id, c.metric, c.reference) not in timed
+    ]
+
+
 def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None) -> State:
     """Record the week's verdicts, publish its report and artifacts; the run's end, its verdict.
 
@@ -403,15 +416,8 @@ def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None)
     headline, and the run's log opens on it and its details.
     """
     settings, week = run.settings, run.week
-    # The report holds this run's timing verdicts too (the gate read them back): once is enough.
-    timed = {(c.evaluation_id, c.metric, c.reference) for c in ran.timed}
     write_comparisons(
-        settings.store_url,
-        [
-            c.row(run.run_id, now_utc())
-            for c in report.comparisons
-            if c.recorded and (c.evaluation_id, c.metric, c.reference) not in timed
-        ],
+        settings.store_url, [c.row(run.run_id, now_utc()) for c in _unrecorded(report, ran)]
     )
     for drifted in ran.drifts:
         if drifted.verdict != Verdict.PASS:

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -253,17 +254,33 @@ def run_week(env: Mapping[str, str], week: str, config: Path) -> dict[str, objec
     return read_run(env, flow_run_id)
 
 
+#: Replies Prefect's own client retries (its SQLite answers 503 while another write holds it).
+_RETRIED = frozenset({429, 502, 503})
+
+
 def api(env: Mapping[str, str], method: str, path: str, body: object = None) -> object:
-    """One JSON request to the server's REST API (``path`` after /api); the decoded reply."""
+    """One JSON request to the server's REST API (``path`` after /api); the decoded reply.
+
+    A busy server's 429, 502 or 503 is retried with backoff, as Prefect's client does (five
+    retries): the REST calls stand in for the client's.
+    """
     request = urllib.request.Request(  # noqa: S310 - the test's own loopback server
         env["PREFECT_API_URL"] + path,
         data=None if body is None else json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
         method=method,
     )
-    with urllib.request.urlopen(request, timeout=30) as reply:  # noqa: S310 - as above
-        text = reply.read()
-    return json.loads(text) if text else None
+    for attempt in range(6):
+        try:
+            with urllib.request.urlopen(request, timeout=30) as reply:  # noqa: S310 - as above
+                text = reply.read()
+            return json.loads(text) if text else None
+        except urllib.error.HTTPError as error:
+            if error.code not in _RETRIED or attempt == 5:
+                raise
+            wait = error.headers.get("Retry-After", "")
+            time.sleep(float(wait) if wait.isdigit() else 0.5 * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 def read_logs(env: Mapping[str, str], flow_run_id: str) -> list[dict[str, object]]:

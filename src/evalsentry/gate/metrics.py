@@ -357,8 +357,6 @@ def compute_metrics(
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if not names:
-        raise ValueError("no metric named: name at least one (see default_metrics)")
     metrics = _applicable(names, num_classes)
     needed = [name for metric in metrics for name in metric.required_columns]
     if mask is not None:
@@ -384,7 +382,9 @@ def compute_metrics(
 
 
 def _applicable(names: Sequence[str], num_classes: int | None) -> list[Metric]:
-    """The named metrics, each offered for ``num_classes``."""
+    """The named metrics (one at least), each offered for ``num_classes``."""
+    if not names:
+        raise ValueError("no metric named: name at least one (see default_metrics)")
     metrics = [get_metric(name) for name in names]
     for metric in metrics:
         if not metric.is_applicable(num_classes):

@@ -194,15 +194,7 @@ def compare(
     # Without the evalset's spec, judge every metric either side recorded: one missing is an ERROR.
     metrics = list(names) or sorted({metric for _, metric, _ in pairs.stored})
     if not metrics:  # nothing compared is never a PASS
-        return [
-            _error(
-                current,
-                reference_kind,
-                "not comparable: no metric to compare (neither evaluation has a row in "
-                f"{join(history.path, METRICS)}, and no usable manifest of the evalset names them)",
-                **ref_fields,
-            )
-        ]
+        return [_error(current, reference_kind, _no_metric(history), **ref_fields)]
     units = _units(pairs.current, policy)
     ids = (reference["evaluation_id"], current["evaluation_id"])
 
@@ -226,6 +218,14 @@ def compare(
             m, decision = decided[metric, unit.name]
             out.append(_comparison(current, reference_kind, m, decision, fields))
     return _flag_nondeterminism(out, current, reference, pairs.current, pairs.reference)
+
+
+def _no_metric(history: History) -> str:
+    """Why two evaluations with predictions have nothing to compare, naming where it looked."""
+    return (
+        "not comparable: no metric to compare (neither evaluation has a row in "
+        f"{join(history.path, METRICS)}, and no usable manifest of the evalset names them)"
+    )
 
 
 def _measured_and_decided(
