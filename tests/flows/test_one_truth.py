@@ -95,7 +95,13 @@ def check_one_story(config: Path, state: Any, week: str = WEEK) -> None:
     """Every view of ``week`` says what the gate of the history says."""
     settings_ = load_config(config)
     history = History(settings_.store_url)
-    report = gate_week(history, week, settings_.gate, evalsets_dir=settings_.evalsets_dir)
+    report = gate_week(
+        history,
+        week,
+        settings_.gate,
+        evalsets_dir=settings_.evalsets_dir,
+        registry_url=settings_.registry_url,
+    )
     headline = report.headline()
     # The Prefect run's final state.
     assert state.is_failed() == bool(report.problems), (state.message, headline)
@@ -255,3 +261,25 @@ def test_a_typo_d_line_fails_the_week_until_archived_and_the_week_run_again(
     assert main(["gate", "--week", WEEK, "--config", str(config)]) == 0
     rows = History(load_config(config).store_url).evaluations(weeks=[WEEK])
     assert sorted(rows["model"]) == ["narrow", "wide"]  # fiar's ERROR is retired, kept for audit
+
+
+def test_a_line_gone_from_the_registry_is_missing_from_the_week(
+    tmp_path: Path, train_data: Path
+) -> None:
+    """Both lines ran last week; `wide` is gone from the registry (not archived): this week's
+    run fails naming it MISSING, as `gate` with and without --week and the report artifact do.
+    """
+    import shutil
+
+    from tests.bindings import BOUND, estate
+
+    config = estate(tmp_path, BOUND, train_data=train_data)
+    assert weekly_eval(week=BASELINE, config_path=str(config), return_state=True).is_completed()
+    shutil.rmtree(tmp_path / "registry" / "wide")
+    state = weekly_eval(week=WEEK, config_path=str(config), return_state=True)
+    assert state.is_failed()
+    headline = f"{WEEK}: ERROR wide@v1 on wide (MISSING: no result in {WEEK} (last: {BASELINE} on"
+    assert (state.message or "").startswith(headline)
+    assert (artifact_headline(state.state_details.flow_run_id) or "").startswith(headline)
+    for week in ([], ["--week", WEEK]):
+        assert main(["gate", *week, "--config", str(config)]) == 2

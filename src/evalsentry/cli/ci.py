@@ -175,6 +175,7 @@ def gate(argv: Sequence[str]) -> int:
             evalset=args.evalset,
             evalsets_dir=settings.evalsets_dir,
             drift=settings.drift,
+            registry_url=settings.registry_url,
         )
         if review is not None:
             review = replace(review, title=f"{report.week} {title}")

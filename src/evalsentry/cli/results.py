@@ -251,6 +251,7 @@ def report(
         settings.gate,
         evalsets_dir=settings.evalsets_dir,
         drift=settings.drift,
+        registry_url=settings.registry_url,
     )
     week = gated.week
     html = render_report(store, gated, bill=lifetime(store, settings, until=week))

@@ -10,7 +10,7 @@ described in :mod:`evalsentry.gate.verdicts`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -23,10 +23,16 @@ from evalsentry.gate.pairs import (
     compare,
     failed_verdict,
 )
-from evalsentry.gate.verdicts import SEVERITY, Comparison, GateReport, Reference, Verdict
+from evalsentry.gate.verdicts import (
+    SEVERITY,
+    Comparison,
+    GateReport,
+    Reference,
+    Verdict,
+)
 from evalsentry.history.store import History
-from evalsentry.names import TIMING_METRIC, WEEKLY_RUN
-from evalsentry.weeks import latest_week
+from evalsentry.names import NO_EVALSET, TIMING_METRIC, WEEKLY_RUN
+from evalsentry.weeks import latest_week, weeks_in_order
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,6 +47,7 @@ __all__ = [
     "Verdict",
     "gate_candidate",
     "gate_week",
+    "missing_lines",
     "nothing_evaluated",
     "week_drift",
 ]
@@ -58,6 +65,8 @@ def gate_week(
     evalsets_dir: str | None = None,
     models: Sequence[str] | None = None,
     drift: DriftPolicy | None = None,
+    registry_url: str | None = None,
+    recorded_elsewhere: Collection[str] = (),
 ) -> GateReport:
     """Gate every production result of ``week`` against the previous week and the baseline.
 
@@ -69,6 +78,12 @@ def gate_week(
     live-data drift is part of the report (:attr:`GateReport.drift`): any drift makes the week
     at least a WARN, and FAIL-level drift fails it when ``drift.fail_run`` is set.
 
+    Absence is never a pass: a production line (model, evalset) with a row in the reference week
+    (the latest earlier week of these results) and none this week is MISSING, an ERROR
+    (:func:`missing_lines`), unless ``registry_url``'s registry has archived every version of
+    its model, or its model is in ``recorded_elsewhere`` (lines another flow records: the weekly
+    run does not wait for imported harness runs).
+
     Raises:
         UsageError: ``week`` is None and the history holds no weekly evaluation.
     """
@@ -77,7 +92,7 @@ def gate_week(
         frame = frame[frame["model"].isin(list(models))]
     if week is None:
         week = _latest_week(history, frame)
-    comparisons: list[Comparison] = []
+    comparisons = []
     this_week = frame[frame["week"] == week]
     drifts = week_drift(history, week, model or models, evalset)
     fails = drift is not None and drift.fail_run
@@ -91,7 +106,16 @@ def gate_week(
         )
     for _, row in this_week[this_week["status"] != "ok"].iterrows():
         comparisons.append(failed_verdict(row))
-    ok = frame[frame["status"] == "ok"]
+    comparisons += missing_lines(frame, week, registry_url, recorded_elsewhere)
+    comparisons += _gate_lines(history, week, frame[frame["status"] == "ok"], policy, evalsets_dir)
+    return GateReport(week, comparisons, policy.strict, drifts, fails)
+
+
+def _gate_lines(
+    history: History, week: str, ok: pd.DataFrame, policy: GatePolicy, evalsets_dir: str | None
+) -> list[Comparison]:
+    """Every line's comparisons of ``week`` (see :func:`_gate_line`), then its paired timing."""
+    comparisons = []
     production = ok[ok["stage"] == "production"]
     candidates = ok[(ok["week"] == week) & (ok["stage"] == "candidate")]
     lines = sorted(
@@ -106,8 +130,73 @@ def gate_week(
             (candidates["model"] == line_model) & (candidates["evalset"] == line_evalset)
         ]
         comparisons += _gate_line(history, week, line, its_candidates, policy, evalsets_dir)
-    comparisons += _stored_timing(history, production[production["week"] == week])
-    return GateReport(week, comparisons, policy.strict, drifts, fails)
+    return comparisons + _stored_timing(history, production[production["week"] == week])
+
+
+def missing_lines(
+    frame: pd.DataFrame,
+    week: str,
+    registry_url: str | None = None,
+    recorded_elsewhere: Collection[str] = (),
+) -> list[Comparison]:
+    """An ERROR (MISSING) for each production line of the reference week with no row in ``week``.
+
+    ``frame``: the weekly evaluations in the gate's scope. The reference week is the latest
+    week before ``week`` among them. A line counts as present with any row of ``week`` on its
+    evalset (a result, a failure, a candidate standing in) or an ERROR row of its model on no
+    evalset. Lines of models in ``recorded_elsewhere``, and of models whose every registered
+    version is archived in ``registry_url`` (retired on purpose), are not expected.
+    """
+    import pandas as pd
+
+    earlier = [w for w in weeks_in_order(frame["week"]) if w < week]
+    if not earlier:
+        return []
+    reference = frame[(frame["week"] == earlier[-1]) & (frame["stage"] == "production")]
+    current = frame[frame["week"] == week]
+    present = set(zip(current["model"], current["evalset"], strict=True))
+    gone = sorted(
+        (
+            (model, evalset, None if pd.isna(version) else int(version))
+            for model, evalset, version in zip(
+                reference["model"], reference["evalset"], reference["version"], strict=True
+            )
+            if (model, evalset) not in present
+            and (model, NO_EVALSET) not in present
+            and model not in recorded_elsewhere
+        ),
+        key=lambda line: line[:2],
+    )
+    retired = _retired({model for model, _, _ in gone}, registry_url)
+    on = {evalset: f" on {evalset}" if evalset != NO_EVALSET else "" for _, evalset, _ in gone}
+    return [
+        replace(
+            Comparison.not_evaluated(
+                week,
+                f"MISSING: no result in {week} (last: {earlier[-1]}{on[evalset]}); run it "
+                f"(evalsentry run --week {week} --model {model}), or archive the line's "
+                "versions if it was retired",
+                model=model,
+                evalset=evalset,
+            ),
+            version=version,
+        )
+        for model, evalset, version in gone
+        if model not in retired
+    ]
+
+
+def _retired(models: Collection[str], registry_url: str | None) -> set[str]:
+    """Those of ``models`` registered in ``registry_url`` with every version archived."""
+    if not models or registry_url is None:
+        return set()
+    from evalsentry.checkpoints.registry import Registry
+
+    registry = Registry(registry_url)
+    stages: dict[str, set[str]] = {}
+    for entry in (e for model in models for e in registry.list(model)):
+        stages.setdefault(entry.model, set()).add(entry.stage)
+    return {model for model, seen in stages.items() if seen == {"archived"}}
 
 
 def _latest_week(history: History, frame: pd.DataFrame) -> str:

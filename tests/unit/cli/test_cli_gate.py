@@ -109,6 +109,28 @@ class TestGateCommand:
         text = markdown.read_text()
         assert text.startswith("## evalsentry gate: 2026-W42") and "❌ FAIL" in text
 
+    def test_a_line_that_stopped_running_is_missing_until_archived(
+        self, project: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """m2 ran last week and not this week: `gate` (with and without --week) exits 2 naming
+        it MISSING; once the team archives every version of m2, the week passes."""
+        mask = accuracy_mask(N, 0.9)
+        history = History(str(project / "store"))
+        for week in ("2026-W40", "2026-W41"):
+            record_week(history, week, mask)
+            record_week(history, week, mask, model="m2")
+        record_week(history, "2026-W42", mask)
+        argv = ["register", str(tiny_checkpoint), "--model", "m2", "--new-model"]
+        assert main([*argv, "--stage", "production", "--config", config(project)]) == 0
+        capsys.readouterr()
+        for week in ([], ["--week", "2026-W42"]):
+            assert main(["gate", *week, "--config", config(project)]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith("error: 2026-W42: ERROR m2@v1 (MISSING: no result in 2026-W42")
+            assert "m2@v1 on toy" in err and "(last: 2026-W41 on toy)" in err
+        assert main(["registry", "archive", "m2", "1", "--config", config(project)]) == 0
+        assert main(["gate", "--config", config(project)]) == 0
+
     def test_ci_files_go_into_folders_created_for_them(self, project: Path) -> None:
         """Missing output folders are created; the files are whole, schema-valid and readable."""
         drop_weeks(project)

@@ -66,6 +66,37 @@ class TestVerdicts:
         assert reason.startswith("not comparable: no metric to compare")
         assert f"{history.path}/metrics" in reason
 
+    def test_a_line_that_did_not_run_this_week_is_missing(self, history: History) -> None:
+        """Lines m and m2 in W40 and W41, only m in W42: m2 is MISSING (an ERROR, exit 2) named
+        with its last result; not when another flow records it, and said once: W43's reference
+        week (W42) holds no m2."""
+        mask = accuracy_mask(N, 0.9)
+        for week in ("2026-W40", "2026-W41"):
+            record_week(history, week, mask)
+            record_week(history, week, mask, model="m2", version=3)
+        record_week(history, "2026-W42", mask)
+        report = gate_week(history, "2026-W42", POLICY)
+        missing = [c for c in report.comparisons if c.model == "m2"]
+        assert [c.verdict for c in missing] == [Verdict.ERROR]
+        assert missing[0].reason.startswith(
+            "MISSING: no result in 2026-W42 (last: 2026-W41 on toy)"
+        )
+        assert report.verdict == Verdict.ERROR and report.exit_code == 2
+        assert report.headline().startswith("2026-W42: ERROR m2@v3 (MISSING: no result in 2026-W42")
+        assert gate_week(history, None, POLICY).exit_code == 2  # the latest week, the same
+        assert gate_week(history, "2026-W42", POLICY, model="m").exit_code == 0
+        assert gate_week(history, "2026-W42", POLICY, recorded_elsewhere=["m2"]).exit_code == 0
+        record_week(history, "2026-W43", mask)
+        assert gate_week(history, "2026-W43", POLICY).exit_code == 0
+
+    def test_a_line_with_an_error_row_this_week_is_not_also_missing(self, history: History) -> None:
+        """A failed evaluation this week is the line's ERROR, reported once, not MISSING too."""
+        mask = accuracy_mask(N, 0.9)
+        record_week(history, "2026-W40", mask)
+        record_week(history, "2026-W41", mask, status="error")
+        reasons = [c.reason for c in gate_week(history, "2026-W41", POLICY).comparisons]
+        assert len(reasons) == 1 and not reasons[0].startswith("MISSING")
+
     def test_real_drop_fails_naming_model_metric_drop_p_and_flips(self, history: History) -> None:
         """A 5% relative accuracy drop on the same examples FAILs, with the evidence in the message."""
         before = accuracy_mask(N, 0.9)
