@@ -68,9 +68,17 @@ def record_week(
     metrics: tuple[str, ...] = ("accuracy", "nll"),
     store_predictions: bool = True,
     finished: datetime | None = None,
+    columns: dict[str, np.ndarray] | None = None,
+    num_classes: int | None = CLASSES,
+    order: np.ndarray | None = None,
     **fields: Any,
 ) -> str:
-    """Write one evaluation (row, metric rows overall and per slice, predictions); return its id."""
+    """Write one evaluation (row, metric rows overall and per slice, predictions); return its id.
+
+    ``columns``: the per-example columns to store (default: classification outputs right where
+    ``correct`` is); ``order``: a permutation of the rows as stored, applied after the metric
+    rows are computed (the same results, written in another order).
+    """
     evaluation_id = uuid.uuid4().hex
     finished = finished or datetime.now(UTC)
     row = {
@@ -88,22 +96,20 @@ def record_week(
         "checkpoint_sha256": checkpoint,
         "evalset": "toy",
         "evalset_sha256": evalset_sha,
-        "n_examples": len(correct),
+        "n_examples": len(correct) if columns is None else len(columns["example_id"]),
         "device": "cpu",
         "torch_version": "2.13.0",
         **fields,
     }
-    cols = predictions(correct)
+    cols = predictions(correct) if columns is None else columns
     rows = []
     if status == "ok" and metrics:
-        units = [
-            ("", None),
-            ("half=even", cols["slice:half"] == "even"),
-            ("half=odd", cols["slice:half"] == "odd"),
-        ]
+        units: list[tuple[str, np.ndarray | None]] = [("", None)]
+        if "slice:half" in cols:
+            units += [(f"half={h}", cols["slice:half"] == h) for h in ("even", "odd")]
         for slice_name, mask in units:
             for name, value in compute_metrics(
-                cols, list(metrics), num_classes=CLASSES, mask=mask, n_resamples=100
+                cols, list(metrics), num_classes=num_classes, mask=mask, n_resamples=100
             ).items():
                 rows.append(
                     {
@@ -120,6 +126,8 @@ def record_week(
                         "higher_is_better": get_metric(name).higher_is_better,
                     }
                 )
+    if order is not None:
+        cols = {name: values[order] for name, values in cols.items()}
     history.append(
         [row], rows, {evaluation_id: cols} if status == "ok" and store_predictions else None
     )

@@ -43,13 +43,14 @@ def flipped_ids(
     None when either evaluation's predictions are missing, their examples differ, or the task
     has no right or wrong to flip (regression: float predictions; language modelling: none).
     """
-    from evalsentry.gate.pairs import align
+    from evalsentry.gate.pairs import align, canonical
     from evalsentry.gate.stats import flip_masks
 
     current = history.predictions(evaluation_id)
     reference = history.predictions(reference_evaluation_id)
     if current is None or reference is None:
         return None
+    current = canonical(current)  # the flips in example order, however the rows were stored
     aligned = align(reference, current)
     if (
         aligned is None

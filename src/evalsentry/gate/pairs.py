@@ -61,6 +61,17 @@ def align(
     return {name: values[aligned] for name, values in reference.items()}
 
 
+def canonical(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per-example columns in example-id order: what is measured never depends on storage order.
+
+    Resampling draws, cluster bootstraps and floating-point sums follow row positions; sorted by
+    id, the same set of (example, values) gives the same numbers to the last digit, however the
+    rows were written (a harness's shuffled samples, several GPUs gathering out of order).
+    """
+    order = np.argsort(columns["example_id"], kind="stable")
+    return {name: values[order] for name, values in columns.items()}
+
+
 def _units(columns: dict[str, np.ndarray], policy: GatePolicy) -> list[Unit]:
     """Overall, then every value of every slice column; slices gate only when the policy says."""
     from evalsentry.gate.comparison import Unit
@@ -147,6 +158,7 @@ def read_pairs(history: History, current: pd.Series, reference: pd.Series) -> Pa
     ref_cols = history.predictions(reference["evaluation_id"])
     if cur_cols is None or ref_cols is None:
         return "not comparable: predictions missing"
+    cur_cols = canonical(cur_cols)
     aligned = align(ref_cols, cur_cols)
     if aligned is None:
         return "not comparable: different example ids"
