@@ -22,6 +22,7 @@ loggers; any other exception, a crash included, still logs its traceback.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,7 +31,7 @@ from prefect.client.schemas.objects import State
 from prefect.exceptions import FailedRun
 from prefect.states import Completed, Failed
 
-from evalsentry.errors import EvalsentryError
+from evalsentry.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, EvalsentryError
 
 RUN_ID_CHARS = 6  # of the flow run id, in run and report file names: unique enough per week
 ENGINE_LOGGERS = ("prefect.flow_runs", "prefect.engine")
@@ -182,6 +183,25 @@ def complete(headline: str, level: int, details: Sequence[tuple[int, str]], data
     """
     log_verdict([(level, headline), *details])
     return Completed(message=headline, data=data)
+
+
+#: The headline verdicts of a Failed run that are check failures (exit 1), as `gate` exits.
+_CHECK_FAILED = ("FAIL", "INCONCLUSIVE")
+
+
+def exit_code(state: State) -> int:
+    """The run's exit code: the one `evalsentry gate` gives its week (README, "Exit codes").
+
+    0 Completed (pass, warn, inconclusive); 1 Failed on a FAIL (or a strict INCONCLUSIVE);
+    2 Failed on an ERROR, and any run that did not finish with a verdict (crashed, cancelled,
+    or failed with no headline of ours): never 0 for a run that did not say what it found.
+    """
+    if state.is_completed():
+        return EXIT_OK
+    week, _, said = (state.message or "").split(SEPARATOR)[0].partition(": ")
+    ours = re.fullmatch(r"\d{4}-W\d{2}", week) is not None  # a week's verdict leads
+    failed = state.is_failed() and ours and said.split(" ", 1)[0] in _CHECK_FAILED
+    return EXIT_CHECK_FAILED if failed else EXIT_USAGE
 
 
 def outcome_line(state: State) -> str:

@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 from evalsentry.checkpoints.registry import Registry
 from evalsentry.cli import main
 from evalsentry.config import load_config
+from evalsentry.flows.runs import exit_code
 from evalsentry.flows.weekly_eval import weekly_eval
-from evalsentry.gate.week import gate_week
+from evalsentry.gate.week import GateReport, gate_week
 from evalsentry.history.store import History
 from tests.flows.api import wait_for_events
 from tests.models import TRUST, TRUSTED_YAML
@@ -63,6 +64,36 @@ def raw_current(store: str, week: str) -> list[tuple[Any, ...]]:
     rows = duckdb.sql(query).fetchall()
     return sorted(
         {(r[2], r[3], r[4], r[5], r[11]) for r in rows if r[0] == week and r[1] == "scheduled"}
+    )
+
+
+def raw_verdicts(store: str, week: str) -> list[tuple[Any, ...]]:
+    """The week's current verdicts by the README's DuckDB query, straight from the files."""
+    query = readme_block("history-query:verdicts").replace(".evalsentry", store)
+    return sorted(duckdb.sql(query.replace("2026-W40", week)).fetchall(), key=repr)
+
+
+def gated_verdicts(report: GateReport) -> list[tuple[Any, ...]]:
+    """The rows the gate's verdicts are, in the query's columns: those an evaluation stands behind."""
+    return sorted(
+        (
+            (
+                c.week,
+                c.model,
+                c.version,
+                c.stage,
+                c.evalset,
+                str(c.reference),
+                c.metric,
+                c.slice,
+                str(c.verdict),
+                c.kind,
+                c.checkpoint_sha256,
+            )
+            for c in report.comparisons
+            if c.recorded
+        ),
+        key=repr,
     )
 
 
@@ -109,12 +140,15 @@ def check_one_story(config: Path, state: Any, week: str = WEEK) -> None:
         assert (state.message or "").split(" | ")[0] == headline
     else:
         assert state.result()["verdict"] == str(report.verdict)
-    # `evalsentry gate --week`: its exit code and its first line of verdict.
+    # `evalsentry gate --week` exits with the code `evalsentry run` gave the run.
     assert main(["gate", "--week", week, "--config", str(config)]) == report.exit_code
+    assert exit_code(state) == report.exit_code
     # The week's latest report and this run's artifact lead with the same headline.
     latest = Path(settings_.store_url) / "reports" / f"weekly-eval-{week}.md"
     assert f"**{headline}**" in latest.read_text()
     assert artifact_headline(state.state_details.flow_run_id) == headline
+    # A raw reader of the comparisons sees the gate's verdicts, one row each, owners filled.
+    assert raw_verdicts(settings_.store_url, week) == gated_verdicts(report)
     # A raw reader of the files sees the rows the gate judged.
     ours = history.evaluations(weeks=[week], kind="scheduled")
     assert raw_current(settings_.store_url, week) == sorted(

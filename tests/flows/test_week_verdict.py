@@ -101,3 +101,29 @@ class TestNames:
         assert run_name(child_id) == (
             f"evaluate-one-toy-model-v1-toy-2026-W40-{parent_id.replace('-', '')[-6:]}"
         )
+
+
+class TestExitCodes:
+    @pytest.mark.parametrize(
+        ("state", "code"),
+        [
+            ("Completed:2026-W40: PASS, 0 warning(s)", 0),
+            ("Completed:2026-W40: INCONCLUSIVE m@v2 accuracy (possible regression)", 0),
+            ("Failed:2026-W40: FAIL m@v2 accuracy -4.5 pts (p=0.001) | details", 1),
+            ("Failed:2026-W40: INCONCLUSIVE m@v2 accuracy (strict)", 1),
+            ("Failed:2026-W40: ERROR m2@v3 (MISSING: no result in 2026-W40 ...)", 2),
+            ("Failed:week 49: ERROR nothing to evaluate", 2),
+            ("Failed:Flow run encountered an exception: FAIL", 2),
+            ("Crashed:Execution was interrupted", 2),
+            ("Cancelled:2026-W40: PASS, 0 warning(s)", 2),
+        ],
+    )
+    def test_a_run_exits_as_the_gate_of_its_week(self, state: str, code: int) -> None:
+        """`evalsentry run`'s code from the final state: FAIL 1, ERROR 2, and 2 for any run
+        that did not finish with a verdict of ours (crashed, cancelled, an exception)."""
+        from prefect import states
+
+        from evalsentry.flows.runs import exit_code
+
+        kind, _, message = state.partition(":")
+        assert exit_code(getattr(states, kind)(message=message)) == code

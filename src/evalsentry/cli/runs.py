@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from evalsentry.cli._app import ConfigOption, _config, app
-from evalsentry.errors import EXIT_CHECK_FAILED
 
 if TYPE_CHECKING:
     from evalsentry.config import Config
@@ -27,7 +26,8 @@ def run(
 ) -> None:
     """Run the weekly-eval Prefect flow now (ephemeral Prefect unless PREFECT_API_URL is set).
 
-    Exit 0 when the flow run Completed, 1 when it Failed (a regression or an error), 2 when
+    Exits as `evalsentry gate` would on the week: 0 when the flow run Completed, 1 when it
+    Failed on a regression, 2 on an ERROR, when it did not finish (crashed, cancelled), when
     there is nothing to evaluate (an empty registry, a mistyped model) or the input is unusable.
     """
     from evalsentry.evaluation.orchestration import ensure_prefect_api, import_flow
@@ -50,7 +50,7 @@ def run(
         return_state=True,
     )
     typer.echo(import_flow("evalsentry.flows.runs", "outcome_line")(state))
-    raise typer.Exit(EXIT_CHECK_FAILED if state.is_failed() else 0)
+    raise typer.Exit(import_flow("evalsentry.flows.runs", "exit_code")(state))
 
 
 def _something_to_evaluate(
