@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from evalsentry.history.store import History
 from tests.synthetic import accuracy_mask, record_week
 
@@ -94,10 +96,40 @@ def alternate(commands: dict[str, list[str]], rounds: int, cwd: str) -> dict[str
 
 def gate_history(root: Path) -> Path:
     """A two-week synthetic history of 10,000 examples, and a config naming it."""
+    root.mkdir(parents=True, exist_ok=True)
     history = History(str(root / "store"))
     correct = accuracy_mask(10_000, 0.9)
     record_week(history, "2026-W40", correct)
     record_week(history, "2026-W41", correct)
+    config = root / "evalsentry.yaml"
+    config.write_text(f"store: {root / 'store'}\n")
+    return config
+
+
+def inconclusive_history(root: Path) -> Path:
+    """Three weeks of 10,000 examples, each a retrain (6% churn) a little worse than the last.
+
+    Its comparisons are INCONCLUSIVE, so the gate states detectable drops, exact margin p-values
+    and bounds, the costly part: the cold start where the statistics cost most.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    history = History(str(root / "store"))
+    correct = accuracy_mask(10_000, 0.9)
+    rng = np.random.default_rng(0)
+    for version, drop in enumerate((0.0, 0.006, 0.006), start=1):
+        right, wrong = np.flatnonzero(correct), np.flatnonzero(~correct)
+        if drop:
+            correct = correct.copy()
+            correct[rng.choice(right, 300 + int(drop * correct.size), replace=False)] = False
+            correct[rng.choice(wrong, 300, replace=False)] = True
+        record_week(
+            history,
+            f"2026-W{39 + version}",
+            correct,
+            version=version,
+            checkpoint=str(version) * 64,
+            metrics=("accuracy", "nll", "macro_f1", "ece"),
+        )
     config = root / "evalsentry.yaml"
     config.write_text(f"store: {root / 'store'}\n")
     return config
@@ -114,11 +146,20 @@ def run(rounds: int = 7) -> dict[str, float]:
     Also the gate with the interpreter's usual exit (its teardown), as a ratio too.
     """
     with tempfile.TemporaryDirectory() as tmp:
-        options = ["gate", "--model", "m", "--config", str(gate_history(Path(tmp)))]
+        options = ["gate", "--model", "m", "--config", str(gate_history(Path(tmp) / "pass"))]
+        worse = inconclusive_history(Path(tmp) / "inconclusive")
         commands = {
             "baseline": BASELINE,
             "gate": [sys.executable, "-m", "evalsentry.cli", *options],
             "usual_exit": [sys.executable, "-c", _GATE_USUAL_EXIT, *options],
+            "inconclusive": [
+                sys.executable,
+                "-m",
+                "evalsentry.cli",
+                "gate",
+                "--config",
+                str(worse),
+            ],
         }
         found = alternate(commands, rounds, tmp)
     baseline = statistics.median(found["baseline"])
@@ -128,6 +169,9 @@ def run(rounds: int = 7) -> dict[str, float]:
         "cold_start_baseline_import_pandas_s": baseline,
         "gate_cli_cold_start_s": gate_s,
         "gate_cli_cold_start_ratio": gate_s / baseline,
+        "gate_cli_cold_start_inconclusive_10k_s": statistics.median(found["inconclusive"]),
+        "gate_cli_cold_start_inconclusive_10k_ratio": statistics.median(found["inconclusive"])
+        / baseline,
         "gate_with_interpreter_teardown_s": usual_s,
         "gate_with_interpreter_teardown_ratio": usual_s / baseline,
         "gate_cli_peak_rss_mib": max(found["gate_rss"]),

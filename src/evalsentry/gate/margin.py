@@ -168,7 +168,7 @@ class MarginTest:
         self.share = np.where(self.grid > 0.0, np.minimum(share, 1.0), 1.0)
         self._cells: tuple[IntArray, IntArray, FloatArray, IntArray] | None = None
         self._critical: dict[float, FloatArray] = {}
-        self._limits = np.zeros((2, 0), np.int64)
+        self._limits = np.full((2, n + 1), -1, np.int32)  # of each count, once asked
         self._z_table, self._z_rows = np.zeros(0), 0
 
     def _grid(self) -> FloatArray:
@@ -189,14 +189,12 @@ class MarginTest:
 
         ``(first, last)``: the last grid point at or below the discordance at which a count
         this large has probability ``GAMMA_LOW``, and the first at or above the one at which a
-        count this small has probability ``GAMMA_HIGH``. Known counts are remembered: the power
-        sums ask for the same ones again and again.
+        count this small has probability ``GAMMA_HIGH``. Each count's are found when first asked,
+        and remembered: the power sums ask for the same ones again and again.
         """
         m = np.asarray(discordant, np.int64)
-        top = int(m.max(initial=0))
-        if self._limits.shape[1] <= top:
-            wanted = np.arange(self._limits.shape[1], max(top + 1, 2 * self._limits.shape[1]))
-            wanted = wanted[wanted <= self.n]
+        wanted = np.unique(m[self._limits[0, m] < 0])
+        if wanted.size:
             # The first point at which the count is not implausibly large (P(M >= m) >= gamma),
             # less one; and the first at which it is implausibly small (P(M <= m) < gamma).
             plausible = self._first_point(
@@ -205,8 +203,7 @@ class MarginTest:
             beyond = self._first_point(
                 lambda d: binomial_tails(wanted, self.n, d)[0] < GAMMA_HIGH, wanted.size
             )
-            found = np.stack([np.maximum(plausible - 1, 0), beyond])
-            self._limits = np.concatenate([self._limits, found], axis=1)
+            self._limits[:, wanted] = np.stack([np.maximum(plausible - 1, 0), beyond])
         return (
             np.asarray(self._limits[0, m], np.int64),
             np.asarray(self._limits[1, m], np.int64),
@@ -252,12 +249,12 @@ class MarginTest:
     def z_of(self, discordant: IntArray, newly_wrong: IntArray) -> FloatArray:
         """``tango_z(b, m - b)`` for counts ``0 <= b <= m``, from a table of every (m, b) so far.
 
-        Row m of the table starts at ``m * (m + 1) / 2``; it grows (by doubling, up to the
-        ``n + 1`` rows there can be) to the largest m asked.
+        Row m of the table starts at ``m * (m + 1) / 2``; it grows (by a quarter at least, up to
+        the ``n + 1`` rows there can be) to the largest m asked.
         """
         top = int(discordant.max(initial=0))
         if self._z_rows <= top:
-            rows = min(self.n + 1, max(top + 1, 2 * self._z_rows))
+            rows = min(self.n + 1, max(top + 1, self._z_rows + self._z_rows // 4))
             m = np.repeat(np.arange(rows), np.arange(1, rows + 1))
             b = np.arange(m.size) - m * (m + 1) // 2
             self._z_table = tango_z(b, m - b, self.n, self.margin)
@@ -284,8 +281,9 @@ class MarginTest:
         done = self._critical.get(level, np.zeros(0))
         if done.size <= last:
             target = (level - GAMMA) / GRID_SLACK
-            # Grow by doubling: a search that asks for ever more points pays twice at most.
-            last = min(self.grid.size - 1, max(last, 2 * done.size))
+            # Grow by a quarter at least: a search that asks for ever more points pays a few
+            # times at most, and never for points far beyond any it asks (larger counts).
+            last = min(self.grid.size - 1, max(last, done.size + done.size // 4))
             found = [done]
             first = done.size
             while first <= last:
