@@ -9,7 +9,12 @@ is tested on clusters:
 - the paired sign flips (:mod:`evalsentry.gate.resampling`) swap whole clusters;
 - a count metric's drop gets the cluster-robust standard error
   ``sqrt(sum_c (sum_{i in c} (d_i - mean d))**2) / n`` of its per-example differences ``d``
-  and Student's t with ``clusters - 1`` degrees of freedom (:func:`clustered_t`);
+  and Student's t with ``clusters - 1`` degrees of freedom (:func:`clustered_t`); its upper
+  bound, which a PASS needs within the tolerance, is the score-type bound (:func:`score_bound`):
+  the largest drop that test does not reject with the spread measured around that drop itself,
+  and the small-sample factor ``clusters / (clusters - 1)``. Around the observed drop (a Wald
+  bound) a true drop at the tolerance PASSed in 6-7% of weeks at alpha 0.05 with 20-100
+  clusters of intra-cluster correlated examples; the score bound keeps it at 4.3-5.7%;
 - per-example metric intervals resample whole clusters (:func:`cluster_intervals`).
 """
 
@@ -144,7 +149,30 @@ def clustered_t(
         return ClusteredT(se, df, float(drop <= margin), float(drop <= 0), drop)
     p_margin = float(t_sf((drop - margin) / se, df))
     p_zero = float(t_sf(drop / se, df))
-    return ClusteredT(se, df, p_margin, p_zero, drop + t_quantile(1 - alpha, df) * se)
+    return ClusteredT(se, df, p_margin, p_zero, score_bound(d, clusters, t_quantile(1 - alpha, df)))
+
+
+def score_bound(differences: FloatArray, clusters: Clusters, t: float) -> float:
+    """The upper bound of the mean drop: the largest ``delta`` with ``(delta - mean) / se <= t``.
+
+    ``se`` is the cluster-robust standard error with each cluster's sum centred at ``delta``
+    itself (the spread the data would have if ``delta`` were the drop), times
+    ``clusters / (clusters - 1)``: a quadratic in ``delta``. Binary differences have less spread
+    where the observed drop is small, so a bound from the spread around the observed drop is too
+    low exactly when a PASS is at stake. Infinite where so few clusters cannot bound it.
+    """
+    d = np.asarray(differences, np.float64)
+    n, drop = d.size, float(d.mean())
+    sums = np.bincount(clusters.index, weights=d, minlength=clusters.count)
+    sizes = np.bincount(clusters.index, minlength=clusters.count).astype(np.float64)
+    q = t * t * clusters.count / (clusters.count - 1) / (n * n)
+    # (delta - drop)**2 = q * sum_c (sum_c - size_c * delta)**2, as a * delta**2 - 2 b delta + c.
+    a = 1.0 - q * float(sizes @ sizes)
+    b = drop - q * float(sums @ sizes)
+    c = drop * drop - q * float(sums @ sums)
+    if a <= 0.0:
+        return math.inf
+    return (b + math.sqrt(max(b * b - a * c, 0.0))) / a
 
 
 def cluster_intervals(
