@@ -109,6 +109,11 @@ class GatePolicy(BaseModel):
         },
         description="per-metric tolerances; metrics not listed use `default`",
     )
+    evalsets: dict[str, dict[str, Tolerance]] = Field(
+        default_factory=dict,
+        description="per-evalset, per-metric tolerances (gate.evalsets.<evalset>.<metric>), "
+        "before `metrics` and `default`: what one evalset can resolve is its own",
+    )
     slices: Literal["gate", "report"] = "report"
     bootstrap_resamples: int = Field(
         DEFAULT_SWAPS,
@@ -135,9 +140,28 @@ class GatePolicy(BaseModel):
         "better; default 5% of the targets' standard deviation",
     )
 
-    def tolerance(self, metric: str) -> Tolerance:
-        """The tolerance for ``metric``: its own entry, else the default."""
-        return self.metrics.get(metric, self.default)
+    def tolerance(self, metric: str, evalset: str | None = None) -> Tolerance:
+        """The tolerance for ``metric`` (on ``evalset``).
+
+        The evalset's own entry, else the metric's, else the default.
+        """
+        own = self.evalsets.get(evalset, {}) if evalset is not None else {}
+        return own.get(metric) or self.metrics.get(metric, self.default)
+
+    def setting(self, metric: str, evalset: str | None = None) -> str:
+        """Where the tolerance of ``metric`` (on ``evalset``) is set: ``gate.<...>.max_drop``."""
+        if evalset is not None and metric in self.evalsets.get(evalset, {}):
+            return f"gate.evalsets.{evalset}.{metric}.max_drop"
+        return (
+            f"gate.metrics.{metric}.max_drop" if metric in self.metrics else "gate.default.max_drop"
+        )
+
+    def for_evalset(self, evalset: str) -> GatePolicy:
+        """These settings with ``evalset``'s own tolerances in ``metrics`` (the gate of one pair)."""
+        own = self.evalsets.get(evalset)
+        if not own:
+            return self
+        return self.model_copy(update={"metrics": {**self.metrics, **own}, "evalsets": {}})
 
 
 def _known_row_summaries(names: list[str]) -> list[str]:

@@ -171,6 +171,16 @@ def test_run_refuses_a_binding_to_a_missing_evalset(
     assert "models.wide.evalsets: 'wider' is not an evalset" in capsys.readouterr().err
 
 
+def test_run_refuses_a_tolerance_for_a_missing_evalset(
+    tmp_path: Path, train_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt gate.evalsets entry would never apply: the run refuses it, naming the field."""
+    tolerances = "gate:\n  evalsets:\n    wider: {accuracy: {max_drop: 0.05}}\n"
+    config = estate(tmp_path, tolerances, train_data=train_data)
+    assert main(["run", "--config", str(config)]) == 2
+    assert "gate.evalsets.wider: 'wider' is not an evalset" in capsys.readouterr().err
+
+
 def test_evaluate_refuses_an_evalset_outside_the_binding(
     tmp_path: Path, train_data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

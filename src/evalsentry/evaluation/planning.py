@@ -99,6 +99,10 @@ def check_bindings(config: Config, available: Sequence[str]) -> None:
         for setting, entries in (("live", config.drift.live), ("features", config.drift.features))
         for name in entries
     ]
+    named += [
+        (f"gate.evalsets.{name}", name, "name an evalset that exists under gate.evalsets")
+        for name in config.gate.evalsets
+    ]
     for setting, name, fix in named:
         if name not in available:
             raise ConfigError(

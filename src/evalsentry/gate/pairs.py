@@ -192,8 +192,10 @@ def compare(
 
     Reads the aligned pairs, measures every metric both sides recorded on every unit (overall
     and each slice) and decides with the family correction; a metric recorded on one side only
-    is an ERROR, as is a comparison without pairs.
+    is an ERROR, as is a comparison without pairs. The evalset's own tolerances
+    (``gate.evalsets.<evalset>``) apply.
     """
+    policy = policy.for_evalset(str(current["evalset"]))
     ref_fields = {
         "reference_evaluation_id": reference["evaluation_id"],
         "reference_week": reference["week"],

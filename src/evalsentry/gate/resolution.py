@@ -143,7 +143,7 @@ class Resolution:
     evalset: str
     rows: int
     metric: str
-    setting: str  # where the tolerance is configured: gate.metrics.<metric>.max_drop
+    setting: str  # where the tolerance is configured: gate.[evalsets.<evalset>.]<metric>.max_drop
     configured: str  # as written: 0.01, "10%"
     allowed: float | None  # the configured tolerance in metric units, when it can be known
     certifiable: float | None  # None: not known before a first comparison
@@ -162,7 +162,7 @@ class Resolution:
     def fix(self) -> str:
         """A tolerance that would work, and the evalset size that would (when known)."""
         assert self.certifiable is not None  # noqa: S101 - asked only when too fine
-        fix = f"use max_drop >= {_round_up(self.certifiable):g}"
+        fix = f"set gate.evalsets.{self.evalset}.{self.metric}.max_drop >= {_round_up(self.certifiable):g}"
         if self.rows_needed is not None:
             fix += f" or an evalset of >= {round(_round_up(self.rows_needed)):,} rows"
         return fix
@@ -290,12 +290,8 @@ def resolutions(
     """
     out = []
     for metric in metrics:
-        tolerance = policy.tolerance(metric)
-        setting = (
-            f"gate.metrics.{metric}.max_drop"
-            if metric in policy.metrics
-            else "gate.default.max_drop"
-        )
+        tolerance = policy.tolerance(metric, evalset)
+        setting = policy.setting(metric, evalset)
         count = get_metric(metric).paired_test == "mcnemar"
         findings = (_count_findings if count else _spread_findings)(
             tolerance, _lines(comparisons, evalset, metric), rows, policy.alpha

@@ -131,6 +131,27 @@ class TestGateCommand:
         assert main(["registry", "archive", "m2", "1", "--config", config(project)]) == 0
         assert main(["gate", "--config", config(project)]) == 0
 
+    def test_an_evalset_s_own_tolerance_applies_to_it_alone(
+        self, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The 4.5-point drop on toy FAILs at the default 1 point; with toy's own accuracy (6
+        points) and nll (50%) tolerances it does not, and the comparison states 0.06 allowed;
+        the same entries for another evalset change nothing on toy."""
+        drop_weeks(project)
+        assert main(["gate", "--config", config(project)]) == 1
+        settings = project / "evalsentry.yaml"
+        text = settings.read_text()
+        own = "{accuracy: {max_drop: 0.06}, nll: {max_drop: 50%}}"
+        settings.write_text(text + f"gate:\n  evalsets:\n    toy: {own}\n")
+        capsys.readouterr()
+        assert main(["gate", "--config", config(project)]) == 0
+        out = capsys.readouterr().out
+        assert re.search(
+            r"accuracy +previous-week \(2026-W41\) +0\.9000 +0\.8550 +-0\.0450 +-0\.0600", out
+        )
+        settings.write_text(text + f"gate:\n  evalsets:\n    other: {own}\n")
+        assert main(["gate", "--config", config(project)]) == 1
+
     def test_ci_files_go_into_folders_created_for_them(self, project: Path) -> None:
         """Missing output folders are created; the files are whole, schema-valid and readable."""
         drop_weeks(project)

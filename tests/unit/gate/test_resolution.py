@@ -139,9 +139,22 @@ class TestResolutions:
             "evalset digits (719 rows) cannot certify gate.metrics.accuracy.max_drop 0.01 "
             "(3.0% churn, assumed): the smallest it can is 0.01675"
         )
-        assert warning.endswith("use max_drop >= 0.017 or an evalset of >= 2,000 rows")
+        assert warning.endswith(
+            "set gate.evalsets.digits.accuracy.max_drop >= 0.017 or an evalset of >= 2,000 rows"
+        )
         assert found["nll"].certifiable is None and not found["nll"].too_fine
         assert found["nll"].line().startswith("nll: known after a first comparison")
+
+    def test_the_fix_applied_to_one_evalset_silences_it_and_no_other(self) -> None:
+        """gate.evalsets.digits.accuracy at the suggested 0.017 is enough on digits; another
+        evalset of the same size keeps the 1-point tolerance, and its warning."""
+        policy = GatePolicy.model_validate(
+            {"evalsets": {"digits": {"accuracy": {"max_drop": 0.017}}}}
+        )
+        digits = {r.metric: r for r in resolutions("digits", 719, FIVE, policy)}["accuracy"]
+        other = {r.metric: r for r in resolutions("other", 719, FIVE, policy)}["accuracy"]
+        assert not digits.too_fine and digits.setting == "gate.evalsets.digits.accuracy.max_drop"
+        assert other.too_fine and other.setting == "gate.metrics.accuracy.max_drop"
 
     def test_a_tolerance_it_can_certify_is_not_too_fine(self) -> None:
         """2 points of accuracy on 719 rows at 3% churn is within reach: no warning."""
