@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
@@ -28,7 +29,9 @@ from evalsentry.names import NO_EVALSET
 if TYPE_CHECKING:
     from evalsentry.gate.drift import DriftResult
 
-BRIEF_REASON_CHARS = 60  # an ERROR's reason in a headline: enough for the cause, not its path
+BRIEF_REASON_CHARS = 80  # an ERROR's reason in a headline: enough for the cause
+#: An absolute path (or URL) in a reason: its last component is what a headline keeps.
+_PATH = re.compile(r"(?:[a-z][a-z0-9+.-]*://)?/(?:[^\s/]+/)+([^\s/:]+)")
 
 #: Which kind of INCONCLUSIVE: the observed drop beyond the tolerance but not significantly
 #: ("possible-regression"), or within it with a bound that is not ("unresolved").
@@ -268,7 +271,7 @@ class Comparison:
                 words.append(f"(p={self.p_adjusted:.1g})")
         text = " ".join(words)
         if self.verdict == Verdict.ERROR and self.reason:
-            reason = self.reason
+            reason = _PATH.sub(r"\1", self.reason)  # the file's name: room for the cause
             if len(reason) > BRIEF_REASON_CHARS:
                 reason = reason[: BRIEF_REASON_CHARS - 1].rstrip() + "…"
             text += f" ({reason})"

@@ -480,7 +480,21 @@ class TestHeadline:
             Verdict.ERROR, "*", reference="none", reason="evaluation failed: " + "x" * 200
         )
         headline = GateReport("2026-W41", [error]).headline()
-        assert headline.endswith("…)") and len(headline) < 120
+        assert headline.endswith("…)") and len(headline) < 130
+
+    def test_an_error_headline_keeps_the_cause_not_the_path(self) -> None:
+        """A deep absolute path in the reason is cut to its file's name, so the cause (changed
+        since freeze) is in the headline; the details keep the whole path."""
+        folder = "/srv/ci/builds/team/project/.evalsentry-cache/evalsets/digits/data"
+        reason = f"not evaluated: the evalset is invalid: {folder}/inputs.parquet: evalset file "
+        reason += "changed since freeze (sha256 expected 1f2e, got 9a8b)"
+        report = GateReport(
+            "2026-W41", [judged(Verdict.ERROR, "*", reference="none", reason=reason)]
+        )
+        assert "(not evaluated: the evalset is invalid: inputs.parquet: evalset file changed" in (
+            report.headline()
+        )
+        assert folder in report.message()
 
     def test_without_problems_it_gives_the_verdict_and_warnings(self) -> None:
         """A passing week says PASS or WARN, the first warning, and how many; the message is just that."""
