@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from prefect import get_run_logger, runtime
@@ -128,8 +129,21 @@ def _first_log_time() -> float | None:
             run = client.read_flow_run(run_id)
     except Exception:  # noqa: BLE001 - without the API the lines keep their own time
         return None
-    times = [log.timestamp.timestamp() for log in first]
-    times += [t.timestamp() for t in (run.created, run.start_time) if t is not None]
+    return verdict_time([log.timestamp for log in first], run.start_time, run.created)
+
+
+def verdict_time(
+    first_logs: Sequence[datetime], start: datetime | None, created: datetime | None
+) -> float | None:
+    """Just before the run's first log line or its start, whichever is earlier (Unix time).
+
+    Its creation time only when neither is known: a scheduled run is created weeks before it
+    runs, and a queued one minutes or hours, and a verdict stamped then would read as if the
+    run had finished before it began.
+    """
+    times = [t.timestamp() for t in [*first_logs, start] if t is not None]
+    if not times and created is not None:
+        times = [created.timestamp()]
     return min(times) - VERDICT_LEAD_S if times else None
 
 

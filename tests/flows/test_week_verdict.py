@@ -4,6 +4,7 @@ and every Failed run sends exactly one `evalsentry.week.failed` event, whatever 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,37 @@ class TestTheVerdictLeads:
         assert logs[0] == (logging.INFO, "2026-W41: PASS, 0 warning(s)")
         assert logs[1][1].startswith("report: ")
         assert alerts_of(second, "2026-W41", expect=False) == []
+
+    def test_a_run_created_before_it_starts_shows_its_verdict_when_it_ran(
+        self, toy_project: Path
+    ) -> None:
+        """A run the scheduler created ahead (here 3 s; weeks, for a schedule) and a worker
+        started later: the verdict leads the log stamped at the run's start, not its creation."""
+        import time
+
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+        from prefect.client.schemas.sorting import LogSort
+        from prefect.flow_engine import run_flow
+        from prefect.logging.handlers import APILogWorker
+        from prefect.states import Scheduled
+
+        parameters = {"week": "2026-W40", "config_path": str(toy_project)}
+        with get_client(sync_client=True) as client:
+            created = client.create_flow_run(weekly_eval, parameters=parameters, state=Scheduled())
+        time.sleep(3)
+        run_flow(weekly_eval, flow_run=created, parameters=parameters, return_type="state")
+        APILogWorker.drain_all(timeout=30)  # the run's logs reach the API in batches
+        with get_client(sync_client=True) as client:
+            run = client.read_flow_run(created.id)
+            logs = client.read_logs(
+                LogFilter(flow_run_id=LogFilterFlowRunId(any_=[created.id])),
+                sort=LogSort.TIMESTAMP_ASC,
+            )
+        assert run.start_time is not None and run.created is not None
+        assert logs[0].message.startswith("2026-W40: BASELINE")
+        assert logs[0].timestamp >= run.start_time - timedelta(seconds=1)
+        assert logs[0].timestamp >= run.created + timedelta(seconds=2)
 
 
 class TestEveryFailedRunAlertsOnce:
