@@ -10,7 +10,7 @@ from prefect.client.schemas.objects import State
 from evalsentry.config import load_config
 from evalsentry.errors import EvalsentryError
 from evalsentry.flows.runs import complete, fail, quiet_domain_errors, short_id
-from evalsentry.flows.weekly_eval import alert_failed_week, resolve_week
+from evalsentry.flows.weekly_eval import alert_failed_week, hold_alert, resolve_week
 from evalsentry.gate.week import Verdict
 from evalsentry.harnesses.pickup import IMPORT, REFUSED
 from evalsentry.tasks.gate import gate_week
@@ -73,6 +73,7 @@ def _imports(week: str, models: list[str] | None, config_path: str) -> State:
         get_run_logger().info(line)
     refused = [f"not imported: {f.line}: {f.reason}" for f in found if f.action == REFUSED]
     if report.failed:
+        hold_alert(week, report)
         return fail(report.headline(), [*report.details(), *refused])
     if refused:
         return fail(f"{week}: ERROR {len(refused)} run(s) found but not imported", refused)

@@ -210,6 +210,19 @@ class RunnerChoice:
 _HELD: dict[str, tuple[str, dict[str, Any], list[str]]] = {}
 
 
+def hold_alert(week: str, report: GateReport) -> None:
+    """The gate's own summary for this run's alert (sent by :func:`alert_failed_week`).
+
+    Its headline, counts, models and worst rows are the report's, so the alert never
+    contradicts the state message it leads with.
+    """
+    _HELD[str(runtime.flow_run.id)] = (
+        week,
+        events.week_summary(report),
+        sorted({c.model for c in report.problems if c.model != "*"}),
+    )
+
+
 def _week_of(flow_run: FlowRun) -> str:
     """The week a run is about: its ``week`` parameter, else its scheduled start's ISO week."""
     week = flow_run.parameters.get("week")
@@ -438,11 +451,7 @@ def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None)
     for comparison in report.problems:
         events.regression(comparison, week)
     if report.failed:
-        _HELD[str(runtime.flow_run.id)] = (
-            week,
-            events.week_summary(report),
-            sorted({c.model for c in report.problems if c.model != "*"}),
-        )
+        hold_alert(week, report)
         return fail(report.headline(), [*report.details(), f"report: {location}"])
     # INCONCLUSIVE is reported like a WARN (the run completes) unless gate.strict is set,
     # which makes it a problem of the week like a FAIL; drift is a WARN unless drift.fail_run.

@@ -12,6 +12,7 @@ from prefect.client.orchestration import get_client
 
 from evalsentry.flows.import_results import import_results
 from evalsentry.history.store import History
+from tests.flows.api import alerts_of
 from tests.unit.harnesses.conftest import harness_logs  # noqa: F401 - fixture: real harness logs
 
 IMPORTS = """\
@@ -66,6 +67,11 @@ def test_new_runs_are_imported_once_and_a_degraded_one_fails_the_week(
         "2026-W41: FAIL sums-inspect@v2 on inspect.arith score:match -0.5"
     )
     assert "sums-lm" not in second.message.split(" | ")[0]
+    # Its one alert says what the headline says: the gate's FAIL, its line, its worst row.
+    (alert,) = alerts_of(second, "2026-W41")
+    assert alert.payload["gate"] == "FAIL" and alert.payload["models"] == ["sums-inspect"]
+    assert alert.payload["counts"]["FAIL"] >= 1 and alert.payload["counts"].get("ERROR", 0) == 0
+    assert alert.payload["worst"][0]["model"] == "sums-inspect"
     store = History(str(project.parent / "store"))
     week = store.evaluations(weeks=["2026-W41"])
     assert sorted(week["model"]) == ["sums-inspect", "sums-lm"]
