@@ -267,15 +267,21 @@ class TestVersion1Digits:
         assert main(["evalset", "verify", "digits", "--config", str(_config(unsealed))]) == 1
         assert "metrics: identity version 1 does not pin" in capsys.readouterr().err
 
-    def test_seal_keeps_the_sha_and_silences_the_warning(self, unsealed: Path) -> None:
-        """Before seal verify warns that slices are unpinned; seal keeps the recorded sha."""
+    def test_seal_keeps_the_sha_and_silences_the_warning(
+        self, unsealed: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Before seal verify warns that slices are unpinned; seal keeps the recorded sha.
+
+        In this process (the command line's own process is tested by TestVerify): four Great
+        Expectations imports less.
+        """
         from tests.unit.evalsets.test_evalsets import DIGITS_SHA
 
-        before = run_cli("evalset", "verify", "digits", cwd=unsealed)
-        assert before.returncode == 0 and "slices not pinned" in before.stderr
-        sealed = run_cli("evalset", "seal", "digits", cwd=unsealed)
-        assert sealed.returncode == 0, sealed.stderr
-        assert f"evalset_sha256 {DIGITS_SHA} unchanged" in sealed.stdout
-        after = run_cli("evalset", "verify", "digits", cwd=unsealed)
-        assert after.returncode == 0 and "not pinned" not in after.stderr
-        assert run_cli("evalset", "seal", "digits", cwd=unsealed).returncode == 2
+        config = ["--config", str(_config(unsealed))]
+        assert main(["evalset", "verify", "digits", *config]) == 0
+        assert "slices not pinned" in capsys.readouterr().err
+        assert main(["evalset", "seal", "digits", *config]) == 0
+        assert f"evalset_sha256 {DIGITS_SHA} unchanged" in capsys.readouterr().out
+        assert main(["evalset", "verify", "digits", *config]) == 0
+        assert "not pinned" not in capsys.readouterr().err
+        assert main(["evalset", "seal", "digits", *config]) == 2
