@@ -145,8 +145,8 @@ class GatePolicy(BaseModel):
 
         The evalset's own entry, else the metric's, else the default.
         """
-        own = self.evalsets.get(evalset, {}) if evalset is not None else {}
-        return own.get(metric) or self.metrics.get(metric, self.default)
+        own = self.evalsets.get(evalset, {}).get(metric) if evalset is not None else None
+        return own if own is not None else self.metrics.get(metric, self.default)
 
     def setting(self, metric: str, evalset: str | None = None) -> str:
         """Where the tolerance of ``metric`` (on ``evalset``) is set: ``gate.<...>.max_drop``."""
