@@ -23,13 +23,7 @@ from evalsentry.gate.pairs import (
     compare,
     failed_verdict,
 )
-from evalsentry.gate.verdicts import (
-    SEVERITY,
-    Comparison,
-    GateReport,
-    Reference,
-    Verdict,
-)
+from evalsentry.gate.verdicts import SEVERITY, Comparison, GateReport, Reference, Verdict
 from evalsentry.history.store import History
 from evalsentry.names import NO_EVALSET, TIMING_METRIC, WEEKLY_RUN
 from evalsentry.weeks import latest_week, weeks_in_order
@@ -92,7 +86,7 @@ def gate_week(
         frame = frame[frame["model"].isin(list(models))]
     if week is None:
         week = _latest_week(history, frame)
-    comparisons = []
+    comparisons: list[Comparison] = []
     this_week = frame[frame["week"] == week]
     drifts = week_drift(history, week, model or models, evalset)
     fails = drift is not None and drift.fail_run
@@ -115,7 +109,7 @@ def _gate_lines(
     history: History, week: str, ok: pd.DataFrame, policy: GatePolicy, evalsets_dir: str | None
 ) -> list[Comparison]:
     """Every line's comparisons of ``week`` (see :func:`_gate_line`), then its paired timing."""
-    comparisons = []
+    comparisons: list[Comparison] = []
     production = ok[ok["stage"] == "production"]
     candidates = ok[(ok["week"] == week) & (ok["stage"] == "candidate")]
     lines = sorted(
