@@ -28,6 +28,7 @@ from pydantic import (
 from evalsentry.documents import (
     _parse_yaml,
     config_error,
+    folder_problem,
 )
 from evalsentry.errors import ConfigError, InvalidName, did_you_mean
 from evalsentry.names import check_name
@@ -484,4 +485,13 @@ def load_config(path: str | Path | None = None) -> Config:
     except ValidationError as exc:
         raise config_error(file, exc) from None
     config._source = str(file.resolve())
+    for field in ("store", "registry", "evalsets"):  # a folder that cannot be one reads as empty
+        location = getattr(config, field)
+        problem = None if "://" in location else folder_problem(Path(config.root) / location)
+        if problem is not None:
+            raise ConfigError(
+                file,
+                field,
+                f"{location}: {problem}; point {field}: at a folder this user can read and write",
+            )
     return config

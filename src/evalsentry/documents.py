@@ -2,11 +2,13 @@
 
 YAML is read strictly (a repeated key is an error, not the last one winning), and a pydantic
 validation error becomes one line naming the file and the field (``config_error``), for
-``evalsentry.yaml``, evalset manifests and registry entries alike.
+``evalsentry.yaml``, evalset manifests and registry entries alike; and what is wrong with a
+folder a document names (``folder_problem``).
 """
 
 from __future__ import annotations
 
+import os
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -128,3 +130,24 @@ def config_error(file: object, exc: ValidationError) -> ConfigError:
     elif first["type"] == "finite_number":
         message = f"{given} is not a finite number; give one"
     return ConfigError(file, field, message)
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a local folder to read and write; None when it can be.
+
+    Missing is fine (a store or registry is made on first write). A dangling symbolic link, a
+    file, or a folder that cannot be read, there or in a folder above it, is not: the history
+    behind it would read as empty.
+    """
+    for part in (path, *path.parents):
+        what = "it" if part == path else str(part)
+        if part.is_symlink() and not part.exists():
+            return f"{what} is a symbolic link to {part.readlink()}, which does not exist"
+        if not part.exists():
+            continue
+        if not part.is_dir():
+            return f"{what} is a file, not a folder"
+        if part == path and not os.access(part, os.R_OK | os.X_OK):
+            return "it cannot be read (permission denied)"
+        return None
+    return None

@@ -139,12 +139,12 @@ def _import_from_project(module: str, project: str) -> None:
         sys.path[:] = import_path([*sys.path, project])
     loaded = sys.modules.get(top)
     if loaded is not None:
-        origin = getattr(loaded, "__file__", None) or ""
-        if not origin or not Path(origin).resolve().is_relative_to(Path(project).resolve()):
+        ours, theirs = _real_location(spec), _real_location(loaded.__spec__)
+        if not ours or ours != theirs:
             raise FactoryError(
                 module,
-                f"the project's {top!r} ({spec.origin}) cannot be imported: a module of that name "
-                f"is already loaded from {origin or 'elsewhere'}; rename one of them",
+                f"the project's {top!r} ({', '.join(ours)}) cannot be imported: a module of that "
+                f"name is already loaded from {', '.join(theirs) or 'elsewhere'}; rename one of them",
             )
         return
     found = importlib.util.module_from_spec(spec)
@@ -154,6 +154,19 @@ def _import_from_project(module: str, project: str) -> None:
     except BaseException:
         sys.modules.pop(top, None)
         raise
+
+
+def _real_location(spec: importlib.machinery.ModuleSpec | None) -> list[str]:
+    """Where a module's code really is: its file, or a namespace package's folders, resolved.
+
+    Resolved, so a project folder reached through a symbolic link is the same module however
+    its path was spelled when it was first imported.
+    """
+    if spec is None:
+        return []
+    if spec.has_location and spec.origin:
+        return [str(Path(spec.origin).resolve())]
+    return sorted(str(Path(p).resolve()) for p in spec.submodule_search_locations or [])
 
 
 def _is_stdlib(entry: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,63 @@ class TestUnreadableFile:
         (tmp_path / "evalsentry.yaml").mkdir()
         with pytest.raises(ConfigError, match=r"evalsentry\.yaml: cannot read it"):
             load_config(tmp_path / "evalsentry.yaml")
+
+
+class TestLocations:
+    """store:, registry: and evalsets: that cannot be folders are refused when the file loads."""
+
+    def test_a_dangling_store_link_is_one_line_not_an_empty_history(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The store linked to a folder that is gone: the gate names the link, exit 2."""
+        (tmp_path / "store").symlink_to(tmp_path / "unmounted" / "history")
+        file = tmp_path / "evalsentry.yaml"
+        file.write_text("store: store\n")
+        assert main(["gate", "--config", str(file)]) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"error: {file}: store: store: it is a symbolic link to "
+            f"{tmp_path / 'unmounted' / 'history'}, which does not exist; point store: at a "
+            "folder this user can read and write\n"
+        )
+        assert "no weekly evaluation" not in err
+
+    @pytest.mark.parametrize(
+        ("field", "location", "problem"),
+        [
+            ("registry", "models.txt", "it is a file, not a folder"),
+            ("evalsets", "models.txt/evalsets", "{root}/models.txt is a file, not a folder"),
+            ("evalsets", "gone/evalsets", "{root}/gone is a symbolic link to nowhere, which"),
+        ],
+    )
+    def test_a_location_that_cannot_be_a_folder_is_refused(
+        self, tmp_path: Path, field: str, location: str, problem: str
+    ) -> None:
+        """A file where the folder should be, there or above it; a dangling link above it."""
+        (tmp_path / "models.txt").write_text("not a folder")
+        (tmp_path / "gone").symlink_to("nowhere")
+        file = tmp_path / "evalsentry.yaml"
+        file.write_text(f"{field}: {location}\n")
+        with pytest.raises(ConfigError) as refused:
+            load_config(file)
+        assert f"{field}: {location}: {problem.format(root=tmp_path)}" in str(refused.value)
+
+    def test_a_missing_folder_is_fine_and_an_object_store_is_not_looked_at(
+        self, tmp_path: Path
+    ) -> None:
+        """A new project has no store yet; an s3:// store is the object store's to check."""
+        file = tmp_path / "evalsentry.yaml"
+        file.write_text("store: not-yet\nregistry: s3://bucket/registry\n")
+        assert load_config(file).store_url == str(tmp_path / "not-yet")
+
+    @pytest.mark.skipif(os.geteuid() == 0, reason="as root every folder can be read")
+    def test_an_unreadable_store_is_refused(self, tmp_path: Path) -> None:
+        """A store this user may not list reads as nothing: refused, saying why."""
+        (tmp_path / "store").mkdir(mode=0o000)
+        file = tmp_path / "evalsentry.yaml"
+        file.write_text("store: store\n")
+        with pytest.raises(ConfigError, match=r"store: store: it cannot be read"):
+            load_config(file)
 
 
 class TestTolerance:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,6 +51,55 @@ def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.syspath_prepend(str(side_effect_path(found)))
     victim(found)
     return found
+
+
+class TestProjectModules:
+    """Trusted modules beside evalsentry.yaml are known by where their code really is."""
+
+    PACKAGE = "evalsentry_linked_models"
+
+    @pytest.fixture
+    def shared(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+        """A model package kept outside the project (a folder shared by several repositories)."""
+        from tests.unit.test_poisoning import TEAM_MODELS
+
+        package = tmp_path / "shared" / self.PACKAGE
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (package / "model.py").write_text(TEAM_MODELS)
+        monkeypatch.setattr(sys, "path", list(sys.path))
+        for name in [m for m in sys.modules if m.startswith(self.PACKAGE)]:
+            monkeypatch.delitem(sys.modules, name)
+        yield package
+        for name in [m for m in sys.modules if m.startswith(self.PACKAGE)]:
+            del sys.modules[name]
+
+    def test_a_linked_package_builds_every_line(self, shared: Path, tmp_path: Path) -> None:
+        """The package linked beside the config: the second model it builds is the same class."""
+        project = tmp_path / "project"
+        project.mkdir()
+        (project / self.PACKAGE).symlink_to(shared, target_is_directory=True)
+        trust = Trust((f"{self.PACKAGE}.model",), project=str(project))
+        first = trust.resolve(f"{self.PACKAGE}.model:TinyNet")
+        assert trust.resolve(f"{self.PACKAGE}.model:TinyNet") is first
+        assert Path(sys.modules[self.PACKAGE].__file__ or "").resolve().parent == shared
+
+    def test_a_true_clash_names_both_real_folders(self, shared: Path, tmp_path: Path) -> None:
+        """Two projects, each with its own package of that name: the second is refused, naming both."""
+        first, second = tmp_path / "first", tmp_path / "second"
+        first.mkdir()
+        (first / self.PACKAGE).symlink_to(shared, target_is_directory=True)
+        shutil.copytree(shared, second / self.PACKAGE)
+        Trust((f"{self.PACKAGE}.model",), project=str(first)).resolve(
+            f"{self.PACKAGE}.model:TinyNet"
+        )
+        with pytest.raises(FactoryError) as clash:
+            Trust((f"{self.PACKAGE}.model",), project=str(second)).resolve(
+                f"{self.PACKAGE}.model:TinyNet"
+            )
+        message = str(clash.value)
+        assert f"({second / self.PACKAGE / '__init__.py'}) cannot be imported" in message
+        assert f"already loaded from {shared / '__init__.py'}; rename one of them" in message
 
 
 class TestAllowlist:

@@ -402,6 +402,19 @@ def _load_strict(model: torch.nn.Module, state: Any, path: object) -> None:
     unexpected = [str(k) for k in state if k not in expected]
     if missing or unexpected:
         raise StateDictMismatch(path, missing, unexpected)
+    for name, own in expected.items():  # in the model's order: the first one is named
+        wanted = getattr(own, "dtype", None)
+        found = getattr(state[name], "dtype", None)
+        if wanted is not None and found is not None and found != wanted:
+            # load_state_dict would cast it silently: int32 weights into float32 are another model
+            raise StateDictMismatch(
+                path,
+                [],
+                [],
+                f"tensor {name!r} is {str(found).removeprefix('torch.')} where the model's is "
+                f"{str(wanted).removeprefix('torch.')}; save the weights in the model's dtype, "
+                "or have the factory build the model in theirs",
+            )
     try:
         model.load_state_dict(state, strict=True)
     except Exception as exc:  # noqa: BLE001 - same keys, other shapes, or values that are no tensors

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from evalsentry.cli.ci import COMMANDS
-from evalsentry.cli.output import echo
+from evalsentry.cli.output import echo, flush_output
 from evalsentry.errors import EXIT_USAGE, EvalsentryError
 
 if TYPE_CHECKING:
@@ -61,6 +61,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # beside a checkpoint) must never run. Trusted model modules come from the project folder
     # (evalsentry.trust), flows from the installed package.
     try:
+        return _run(args)
+    finally:
+        flush_output()  # a reader that left (`| head -1`) changes no exit code
+
+
+def _run(args: list[str]) -> int:
+    """The command's exit code: its verdict's, or an error's."""
+    try:
         if args and args[0] in COMMANDS:
             return COMMANDS[args[0]](args[1:])
         # click's standalone mode ends in SystemExit
@@ -68,8 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EvalsentryError as exc:
         echo(f"error: {exc}", err=True)
         return exc.exit_code
-    except BrokenPipeError:  # the reader left (`| head`): stop quietly, exit 1, as click does
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BrokenPipeError:  # a write outside `echo` met a reader that left: its verdict is lost
+        flush_output()
         return 1
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE

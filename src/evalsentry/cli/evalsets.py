@@ -14,7 +14,7 @@ from evalsentry.cli._app import (
     _short,
     evalset_app,
 )
-from evalsentry.cli.output import print_table
+from evalsentry.cli.output import echo, print_table
 from evalsentry.errors import UsageError
 
 #: The tasks an evalset can be frozen for (``EvalsetSpec.task``), kept here to spare the import.
@@ -148,22 +148,37 @@ def _named(values: list[str]) -> dict[str, list[str]]:
     return named
 
 
+def _print_pad_inside(folder: Path, pad_id: int) -> None:
+    """Say where the pad id is also a real token: the mask marks it real there (README)."""
+    from evalsentry.evalsets.evalset import load_evalset
+
+    rows = load_evalset(folder).token_inputs().tokens.rows_holding(pad_id)
+    if len(rows):
+        echo(
+            f"note: the pad id {pad_id} is a token inside {len(rows)} row(s) (first: row "
+            f"{int(rows[0])}); the attention mask marks it real (1) there, as each row's length "
+            "says. A model that masks by id would drop it: freeze with another --pad-id"
+        )
+
+
 def _print_frozen(spec: EvalsetSpec, dest: Path, config: Path | None) -> None:
     """What was frozen where, the model contract it states, and the resolution it can offer."""
-    typer.echo(f"froze {spec.name} v{spec.version}: {spec.num_rows} rows -> {dest}")
+    echo(f"froze {spec.name} v{spec.version}: {spec.num_rows} rows -> {dest}")
     listed = f": {', '.join(spec.inputs.columns)}" if spec.inputs.columns else ""
-    typer.echo(f"model input: {spec.inputs.contract()}{listed}")
+    echo(f"model input: {spec.inputs.contract()}{listed}")
     if spec.task in ("language_modeling", "multiple_choice"):
-        typer.echo("model output: next-token logits [N, T, V] (position t predicts token t+1)")
+        echo("model output: next-token logits [N, T, V] (position t predicts token t+1)")
     elif spec.classes is not None:
         what = "label" if spec.task == "multilabel" else "class"
-        typer.echo(
+        echo(
             f"model output: {spec.outputs} [N, {len(spec.classes)}], one column per {what} in "
             f"this order: {', '.join(map(str, spec.classes))}"
         )
     else:
-        typer.echo("model output: predictions [N] or [N, 1]")
-    typer.echo(f"evalset_sha256 {spec.evalset_sha256}")
+        echo("model output: predictions [N] or [N, 1]")
+    echo(f"evalset_sha256 {spec.evalset_sha256}")
+    if spec.inputs.is_tokens:
+        _print_pad_inside(dest, int(spec.inputs.pad_id or 0))
     # A new evalset has no history: the resolution rests on the assumed churn.
     _print_resolution(_config(config), spec.name, measured=False)
 
@@ -195,18 +210,18 @@ def evalset_verify(
     columns = ["", "expectation", "column", "observed", "unexpected", "examples"]
     print_table(f"Evalset {name}: files match the manifest", columns, rows)
     if not summary.success:
-        typer.echo(
+        echo(
             f"error: evalset {name!r} fails {summary.failed} of {summary.evaluated} expectations",
             err=True,
         )
         raise typer.Exit(1)
     for gap in identity_gaps(spec):
-        typer.echo(
+        echo(
             f"warning: evalset {name!r}: {gap} not pinned (identity version 1); "
             f"`evalsentry evalset seal {name}` pins it, evalset_sha256 unchanged",
             err=True,
         )
-    typer.echo(f"evalset {name!r} verified: {summary.evaluated} expectations pass")
+    echo(f"evalset {name!r} verified: {summary.evaluated} expectations pass")
 
 
 @evalset_app.command("seal")
@@ -222,7 +237,7 @@ def evalset_seal(
     from evalsentry.evalsets.freeze import seal_evalset
 
     spec = seal_evalset(name, _config(config).evalsets_dir)
-    typer.echo(
+    echo(
         f"sealed {spec.name}: {', '.join(spec.field_sha256 or {})} pinned; "
         f"evalset_sha256 {spec.evalset_sha256} unchanged"
     )
@@ -265,7 +280,7 @@ def evalset_show(
     from evalsentry.evalsets.evalset import evalset_folder, read_manifest_text
 
     settings = _config(config)
-    typer.echo(read_manifest_text(evalset_folder(name, settings.evalsets_dir)), nl=False)
+    echo(read_manifest_text(evalset_folder(name, settings.evalsets_dir)), nl=False)
     _print_resolution(settings, name, measured=True, prefix="# ")
 
 
@@ -284,9 +299,9 @@ def _print_resolution(settings: Config, name: str, *, measured: bool, prefix: st
     found = evalset_resolutions(settings, name, comparisons)
     if not found:
         return
-    typer.echo(prefix + resolution_heading(found[0].rows, settings.gate.alpha))
+    echo(prefix + resolution_heading(found[0].rows, settings.gate.alpha))
     for resolution in found:
-        typer.echo(f"{prefix}  {resolution.line()}")
+        echo(f"{prefix}  {resolution.line()}")
     for resolution in found:
         if resolution.too_fine:
-            typer.echo(f"warning: {resolution.warning()}", err=True)
+            echo(f"warning: {resolution.warning()}", err=True)

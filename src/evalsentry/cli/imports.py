@@ -9,6 +9,7 @@ import typer
 
 from evalsentry.cli import ci
 from evalsentry.cli._app import ConfigOption, app
+from evalsentry.cli.output import echo
 
 if TYPE_CHECKING:
     from evalsentry.harnesses.run import HarnessRun
@@ -104,7 +105,7 @@ def _record(
     )
     row = outcome.evaluation
     shown = ", ".join(f"{m['metric']} {m['value']:.4f}" for m in outcome.metrics if not m["slice"])
-    typer.echo(
+    echo(
         f"recorded {row['model']} v{row['version']} on {row['evalset']} in {row['week']}: "
         f"{row['n_examples']} examples, {shown} (from {run.harness} {run.harness_version})"
     )

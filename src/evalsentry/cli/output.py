@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import unicodedata
 from collections.abc import Sequence
+from typing import TextIO
 
 
-def echo(text: str, *, err: bool = False) -> None:
-    """``text`` and a newline on stdout (stderr with ``err``), as Typer's echo but importing nothing."""
-    (sys.stderr if err else sys.stdout).write(text + "\n")
+def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """``text`` and a newline on stdout (stderr with ``err``), as Typer's echo but importing nothing.
+
+    A reader that has left (``evalsentry gate | head -1``) ends nothing: the rest of the output
+    is dropped and the command finishes, so it still exits with its verdict's code.
+    """
+    stream = sys.stderr if err else sys.stdout
+    try:
+        stream.write(text + ("\n" if nl else ""))
+    except BrokenPipeError:
+        _reader_left(stream)
+
+
+def flush_output() -> None:
+    """Flush stdout and stderr; a closed pipe drops what is left instead of raising."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            _reader_left(stream)
+
+
+def _reader_left(stream: TextIO) -> None:
+    """Point ``stream``'s file at /dev/null: what is buffered and written later goes nowhere."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # not a file (a test's capture): nothing to redirect
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:

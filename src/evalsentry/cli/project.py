@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from evalsentry.cli._app import app
+from evalsentry.cli.output import echo
 from evalsentry.errors import UsageError
 
 #: The package data folder the starter files are copied from (named so it cannot be imported).
@@ -265,10 +266,10 @@ def init(
     if ci is not None:
         done += write_ci(folder, ci)
     for what, path, note in done:
-        typer.echo(f"{what} {path}" + (f" ({note})" if note else ""))
+        echo(f"{what} {path}" + (f" ({note})" if note else ""))
     if not started:
         here = folder.resolve() == Path.cwd().resolve()
         where = "" if here else f" (first: cd {shlex.quote(str(folder))})"
-        typer.echo(NEXT_STEPS.format(where=where, folder=shlex.quote(str(folder.resolve()))))
+        echo(NEXT_STEPS.format(where=where, folder=shlex.quote(str(folder.resolve()))))
     if ci is not None:
-        typer.echo(CI_NEXT_STEPS[ci].format(file=ci_target(folder, ci)))
+        echo(CI_NEXT_STEPS[ci].format(file=ci_target(folder, ci)))

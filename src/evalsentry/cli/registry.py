@@ -16,7 +16,7 @@ from evalsentry.cli._app import (
     app,
     registry_app,
 )
-from evalsentry.cli.output import print_table
+from evalsentry.cli.output import echo, print_table
 from evalsentry.errors import UsageError
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def _print_registered(
     if not done.new:
         _already(entry, stage, factory, kwargs)
         return
-    typer.echo(f"registered {entry.ref} ({entry.stage}) sha256 {entry.sha256[:12]} -> {entry.uri}")
+    echo(f"registered {entry.ref} ({entry.stage}) sha256 {entry.sha256[:12]} -> {entry.uri}")
 
 
 def _already(
@@ -167,7 +167,7 @@ def _already(
             "archived": f"archive {entry.model} {entry.version}",
         }[stage]
         note = f" (v{entry.version} stays {entry.stage}; make it {stage} with: evalsentry registry {command})"
-    typer.echo(f"{said}; nothing registered{note}")
+    echo(f"{said}; nothing registered{note}")
 
 
 @registry_app.command("list")
@@ -244,7 +244,7 @@ def registry_show(
     shown = entry.model_dump(mode="json")
     shown["binding"] = settings.bound_evalsets(entry.model)  # null: bound to no evalset
     shown["last_week"] = _last_weeks(settings, entry.model).get((entry.model, entry.version))
-    typer.echo(json.dumps(shown, indent=2, sort_keys=True))
+    echo(json.dumps(shown, indent=2, sort_keys=True))
 
 
 @registry_app.command("promote")
@@ -256,7 +256,7 @@ def registry_promote(
 ) -> None:
     """Move a version to a stage; promoting to production archives the previous one."""
     entry = _registry(config).promote(model, version, stage)
-    typer.echo(f"{entry.ref} is now {entry.stage}")
+    echo(f"{entry.ref} is now {entry.stage}")
 
 
 @registry_app.command("archive")
@@ -269,7 +269,7 @@ def registry_archive(
     registry = _registry(config)
     was = registry.show(model, version).stage
     if was == "archived":
-        typer.echo(f"{model}@v{version} is already archived; nothing changed")
+        echo(f"{model}@v{version} is already archived; nothing changed")
         return
     entry = registry.archive(model, version)
     line = f"{entry.ref} is now archived (was {was}); it is never evaluated again"
@@ -278,7 +278,7 @@ def registry_archive(
             f"; {model} has no production version now: promote one with "
             f"`evalsentry registry promote {model} VERSION`"
         )
-    typer.echo(line)
+    echo(line)
 
 
 def _last_weeks(settings: Config, model: str | None = None) -> dict[tuple[str, int], str]:

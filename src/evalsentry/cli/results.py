@@ -15,7 +15,7 @@ from evalsentry.cli._app import (
     baseline_app,
     history_app,
 )
-from evalsentry.cli.output import print_table
+from evalsentry.cli.output import echo, print_table
 from evalsentry.errors import UsageError
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def history_forget(
     _, store = ci.project(config)
     _, path = filesystem(file)
     entry = store.ledger.forget(path)
-    typer.echo(f"forgot {entry.file} (sha256 {entry.sha256[:12]}); run the week it held again")
+    echo(f"forgot {entry.file} (sha256 {entry.sha256[:12]}); run the week it held again")
 
 
 @history_app.command("compact")
@@ -70,13 +70,13 @@ def history_compact(config: ConfigOption = None) -> None:
     _, store = ci.project(config)
     for table in ("evaluations", "metrics", "comparisons", "drift"):
         files, rows = store.compact(table)
-        typer.echo(
+        echo(
             f"{table}: {files} file(s) -> 1 ({rows} rows)"
             if rows
             else f"{table}: nothing to compact"
         )
     merged = store.ledger.compact()
-    typer.echo(f"ledger: {merged} file(s) -> 1" if merged > 1 else "ledger: nothing to compact")
+    echo(f"ledger: {merged} file(s) -> 1" if merged > 1 else "ledger: nothing to compact")
 
 
 def _last_weeks(evaluations: pd.DataFrame, weeks: int) -> pd.DataFrame:
@@ -112,12 +112,12 @@ def history(
         evaluations = _last_weeks(evaluations, weeks)
     joined = results_view(store, evaluations, metric)
     if joined.empty:
-        typer.echo("no results recorded yet", err=True)
+        echo("no results recorded yet", err=True)
         return
     if output == "csv":
-        typer.echo(joined.to_csv(index=False), nl=False)
+        echo(joined.to_csv(index=False), nl=False)
     elif output == "json":
-        typer.echo(joined.to_json(orient="records", indent=2))
+        echo(joined.to_json(orient="records", indent=2))
     else:
         shown = ["week", "kind", "model", "version", "stage", "evalset", "metric"]
         rows = [
@@ -212,9 +212,9 @@ def _print_lifetime(settings: Config, store: History) -> None:
         )
     print_table("Lifetime bill to date", *lifetime_table(bill.lines))
     for line in bill.lines:
-        typer.echo(line.in_words())
+        echo(line.in_words())
     for note in bill.notes:
-        typer.echo(f"note: {note}")
+        echo(f"note: {note}")
 
 
 @app.command()
@@ -260,7 +260,7 @@ def report(
         write_atomic(fs, path, html.encode())
     except OSError as exc:
         raise UsageError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
-    typer.echo(f"report {week}: {fs.unstrip_protocol(path) if out is None else out}")
+    echo(f"report {week}: {fs.unstrip_protocol(path) if out is None else out}")
 
 
 @app.command("serve-reports")
@@ -292,7 +292,7 @@ def serve_reports(
         server = report_server(folder, host, port)
     except OSError as exc:
         raise UsageError(f"{host}:{port}: cannot listen there ({exc.strerror or exc})") from None
-    typer.echo(f"serving {folder} at http://{host}:{server.server_port}/ (Ctrl-C stops)")
+    echo(f"serving {folder} at http://{host}:{server.server_port}/ (Ctrl-C stops)")
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -310,7 +310,7 @@ def baseline_set(
     """Pin a recorded week as the baseline every later week is also compared with."""
     _, store = ci.project(config)
     store.set_baseline(model, week)
-    typer.echo(f"baseline of {model} is now {week}")
+    echo(f"baseline of {model} is now {week}")
 
 
 @baseline_app.command("show")
@@ -325,4 +325,4 @@ def baseline_show(
     week, pinned = store.baseline(model, store.evaluations(model=model, kind=WEEKLY_RUN)["week"])
     if week is None:
         raise UsageError(f"no evaluation of {model!r} is recorded yet")
-    typer.echo(f"{model}: baseline {week} ({'pinned' if pinned else 'first recorded week'})")
+    echo(f"{model}: baseline {week} ({'pinned' if pinned else 'first recorded week'})")

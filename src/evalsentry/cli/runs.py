@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from evalsentry.cli._app import ConfigOption, _config, app
+from evalsentry.cli.output import echo
 
 if TYPE_CHECKING:
     from evalsentry.config import Config
@@ -49,7 +50,7 @@ def run(
         config_path=settings.trust.config_file,
         return_state=True,
     )
-    typer.echo(import_flow("evalsentry.flows.runs", "outcome_line")(state))
+    echo(import_flow("evalsentry.flows.runs", "outcome_line")(state))
     raise typer.Exit(import_flow("evalsentry.flows.runs", "exit_code")(state))
 
 
@@ -95,7 +96,7 @@ def _something_to_evaluate(
     # Once the run will go on (a refusal stays one line). The flow logs them too, for the
     # Prefect UI; the terminal shows a flow's logs only from ERROR up.
     for line in tolerance_warnings(settings, sorted({name for _, name in plan.pairs})):
-        typer.echo(f"warning: {line}", err=True)
+        echo(f"warning: {line}", err=True)
 
 
 @app.command()

@@ -183,6 +183,11 @@ class Ragged:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    def rows_holding(self, value: int) -> np.ndarray:
+        """The rows in which ``value`` occurs, each once, in order."""
+        positions = np.flatnonzero(self.values == value)
+        return np.unique(np.searchsorted(self.offsets, positions, side="right") - 1)
+
 
 @dataclass(frozen=True)
 class TokenInputs:

@@ -151,6 +151,26 @@ class TestRegisterAndGate:
         assert evaluate_candidate(str(same), project) == 0
         assert evaluate_candidate(str(worse), project) == 1
 
+    @pytest.mark.parametrize("dtype", [torch.int32, torch.float16])
+    def test_weights_of_another_dtype_are_refused_naming_the_tensor(
+        self, project: Path, capsys: pytest.CaptureFixture[str], dtype: torch.dtype
+    ) -> None:
+        """Weights stored as int32 (or float16) would be cast silently into another model:
+        refused at register, naming the first tensor and both dtypes; nothing is kept."""
+        path = project / "cast.safetensors"
+        state = {k: v.to(dtype) for k, v in _teacher().state_dict().items()}  # type: ignore[attr-defined]
+        save_file(state, str(path), {"lineage": json.dumps(LINEAGE)})
+        argv = ["register", str(path), "--model", "toy-model", "--config"]
+        assert main([*argv, str(project / "evalsentry.yaml"), *FACTORY]) == 2
+        err = capsys.readouterr().err
+        name = str(dtype).removeprefix("torch.")
+        assert err == (
+            f"error: {path}: weights do not fit the model factory: tensor 'body.0.weight' is "
+            f"{name} where the model's is float32; save the weights in the model's dtype, or "
+            "have the factory build the model in theirs\n"
+        )
+        assert Registry(str(project / "registry")).list() == []
+
     def test_a_bare_file_is_refused_naming_lineage(
         self, project: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:

@@ -269,15 +269,28 @@ class TestGateCommand:
         assert "holds no weekly evaluation yet" in capsys.readouterr().err
         assert main(["gate", "--config", config(project), "--week", "2026-49"]) == 2
 
-    def test_a_reader_that_leaves_early_gets_no_traceback(self, project: Path) -> None:
-        """`evalsentry gate | head -1`: the closed pipe ends the gate quietly with exit 1."""
+    @pytest.mark.parametrize(
+        ("command", "code"),
+        [
+            (["gate"], 1),  # the FAIL of 2026-W42
+            (["gate", "--week", "2026-W41"], 0),
+            (["gate", "--week", "2026-W39"], 2),  # nothing recorded that week
+            (["history"], 0),  # a command of the Typer application
+        ],
+    )
+    def test_a_reader_that_leaves_early_changes_no_exit_code(
+        self, project: Path, command: list[str], code: int
+    ) -> None:
+        """`evalsentry gate | head -1`: the closed pipe drops the output, never the verdict's code."""
         drop_weeks(project)
-        program = [sys.executable, "-m", "evalsentry.cli", "gate", "--config", config(project)]
-        with subprocess.Popen(program, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as gate:
-            assert gate.stdout is not None and gate.stderr is not None
-            gate.stdout.close()  # before the gate has printed anything
-            err = gate.stderr.read().decode()
-        assert gate.returncode == 1 and err == ""
+        program = [sys.executable, "-m", "evalsentry.cli", *command, "--config", config(project)]
+        with subprocess.Popen(program, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as run:
+            assert run.stdout is not None and run.stderr is not None
+            run.stdout.close()  # before the command has printed anything
+            err = run.stderr.read().decode()
+        assert run.returncode == code, err
+        assert "Traceback" not in err and "BrokenPipe" not in err, err
+        assert err == "" if code == 0 else err.startswith("error: "), err
 
     def test_the_typer_app_lists_and_forwards_the_gate(
         self, project: Path, capsys: pytest.CaptureFixture[str]

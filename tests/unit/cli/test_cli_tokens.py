@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -105,3 +106,56 @@ def test_a_token_evalset_is_timed_on_its_first_rows_up_to_a_token_budget(tmp_pat
     assert len(token_sample(evalset, budget=1)) == 1
     timing = time_pair(BagLM(), BagLM(), evalset, device="cpu", rounds=1)
     assert timing.examples == len(token_sample(evalset)) == 40  # 40 short rows: all fit
+
+
+def test_a_pad_id_inside_a_row_is_a_real_token_and_freeze_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The mask follows each row's length, never the id: a pad id inside a row (an end-of-text
+    id that also pads, as GPT-2's does) is scored as a token, and freeze says where it occurs."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from evalsentry.evaluation.inference import run_inference
+    from tests.token_models import PAD
+    from tests.unit.evaluation.test_sequences import row_nll
+
+    rows = token_rows(20)
+    rows[3] = [*rows[3][:2], PAD, *rows[3][2:]]
+    rows[7] = [*rows[7], PAD]
+    pq.write_table(pa.table({"ids": rows}), tmp_path / "rows.parquet")
+    (tmp_path / "evalsentry.yaml").write_text("evalsets: evalsets\n")
+    freeze = ["evalset", "freeze", str(tmp_path / "rows.parquet"), "--name", "text"]
+    freeze += ["--task", "language_modeling", "--target", "ids", "--tokens", "ids"]
+    freeze += ["--pad-id", str(PAD), "--max-length", "64"]
+    assert main([*freeze, "--config", str(tmp_path / "evalsentry.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert f"note: the pad id {PAD} is a token inside 2 row(s) (first: row 3)" in out
+
+    evalset = load_evalset(tmp_path / "evalsets" / "text")
+    model = BagLM().eval()
+    result = run_inference(model, evalset, device="cpu", batch_size=8)
+    order = [int(str(i).rsplit("-", 1)[1]) for i in evalset.ids]  # text-000003: row 3
+    expected = [row_nll(model, rows[i]) for i in order]
+    assert list(result.columns["tokens"]) == [count for _, count in expected]
+    np.testing.assert_allclose(
+        result.columns["loss"], [total / count for total, count in expected], rtol=1e-5
+    )
+
+    frozen = ["evalset", "freeze", str(tmp_path / "rows.parquet"), "--name", "other"]
+    frozen += ["--task", "language_modeling", "--target", "ids", "--tokens", "ids"]
+    assert (
+        main(
+            [
+                *frozen,
+                "--pad-id",
+                "999",
+                "--max-length",
+                "64",
+                "--config",
+                str(tmp_path / "evalsentry.yaml"),
+            ]
+        )
+        == 0
+    )
+    assert "note: the pad id" not in capsys.readouterr().out
