@@ -4,9 +4,12 @@ The wheel is built from this checkout and installed into a fresh virtual environ
 the test environment's third-party packages (torch, prefect, ...) through a ``.pth`` line, but
 not the checkout: ``.pth`` files in a folder added that way are not processed, so the editable
 install's finder never runs there. The team starts with ``evalsentry init``, brings its own model
-module (a copy of examples/tabular/model.py), trains two models of different input widths, binds
+module (a copy of examples/tabular/model.py kept in a shared folder, linked beside its
+evalsentry.yaml), trains two models of different input widths, binds
 each to its own evalset, runs a week with ``evalsentry run``, gates it, and deploys the init's
-prefect.yaml from its folder for a process worker to run the next week.
+prefect.yaml from its folder for a process worker to run the next week. The pull request
+workflow ``init --ci github`` writes installs the wheel with the lock init wrote and gates a
+checkpoint; the last edges a team trips on are tried through the installed command.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ TABULAR = ROOT / "examples" / "tabular"
 #: Model line -> (its evalset, the shipped CSV): 13 and 30 input features.
 MODELS = {"wine-classifier": "wine", "cancer-screen": "cancer"}
 WEEK, NEXT_WEEK = "2026-W40", "2026-W41"
+LOCK = "evalsentry-lock.txt"
 EPOCHS = "60"  # seconds of CPU, not minutes; accuracy is not what is tested here
 
 
@@ -44,6 +48,7 @@ class Team:
     folder: Path
     python: Path
     env: dict[str, str]
+    wheel: Path
 
     def run(self, *args: str | Path, timeout: float = 180, cwd: Path | None = None) -> str:
         """Run a command in the team's folder; assert exit 0; its stdout and stderr."""
@@ -145,12 +150,13 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     of the same names, which the other integration tests run.
     """
     base = tmp_path_factory.mktemp("installed")
-    python = install(build_wheel(base / "build"), base / "venv")
+    wheel = build_wheel(base / "build")
+    python = install(wheel, base / "venv")
     folder = base / "team-repo"
     folder.mkdir()
     (base / "server").mkdir()
     with prefect_server(base / "server", deploy=False) as server:
-        yield Team(folder, python, team_env(server, base / "venv", folder))
+        yield Team(folder, python, team_env(server, base / "venv", folder), wheel)
 
 
 @pytest.fixture(scope="module")
@@ -158,9 +164,15 @@ def week(team: Team) -> Team:
     """init, the team's model module, two models frozen, trained, registered, bound; a week run."""
     team.run("git", "init", "-q")
     init = team.evalsentry("init", ".")
-    for written in ("evalsentry.yaml", "prefect.yaml", "evalsets/.gitkeep", ".gitignore"):
-        assert f"wrote {written}" in init
-    shutil.copy(TABULAR / "model.py", team.folder / "team_models.py")
+    written = ("evalsentry.yaml", "prefect.yaml", "evalsets/.gitkeep", ".gitignore", LOCK)
+    for name in written:
+        assert f"wrote {name}" in init
+    # The model code lives in a folder the team shares between repositories, linked beside
+    # evalsentry.yaml: both lines are built through the link, in one run.
+    shared = team.folder.parent / "shared-models"
+    shared.mkdir()
+    shutil.copy(TABULAR / "model.py", shared / "team_models.py")
+    (team.folder / "team_models.py").symlink_to(shared / "team_models.py")
     shutil.copy(TABULAR / "train.py", team.folder / "train_tabular.py")
     config = team.folder / "evalsentry.yaml"
     edit(config, "trusted_factories: []", "trusted_factories:\n  - team_models")
@@ -283,3 +295,127 @@ def test_deployed_from_the_team_folder_a_worker_runs_the_week(week: Team, tmp_pa
     assert sorted(zip(rows["model"], rows["evalset"], strict=True)) == sorted(MODELS.items())
     assert set(rows["status"]) == {"ok"}
     week.evalsentry("gate", "--week", NEXT_WEEK)  # against the week `evalsentry run` recorded
+
+
+def packages_but_evalsentry(into: Path) -> Path:
+    """A folder of links to this environment's installed packages, evalsentry's own left out."""
+    into.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.startswith(("evalsentry", "__editable__")):
+            (into / entry.name).symlink_to(entry)
+    return into
+
+
+def runner_python(venv: Path, packages: Path) -> Path:
+    """What setup-python gives the job: a python whose pip sees ``packages`` as installed."""
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    Path(site, "packages.pth").write_text(f"{packages}\n")
+    return python
+
+
+def test_the_generated_workflow_installs_the_wheel_with_the_lock_and_gates(
+    week: Team, tmp_path: Path
+) -> None:
+    """`init --ci github`, then the workflow's own install and gate steps, run as a script.
+
+    The install step runs as written, the placeholder replaced by the wheel as its comment
+    says, with pip kept off every index (PIP_NO_INDEX): every dependency must already be
+    installed at the version evalsentry-lock.txt pins, so only evalsentry is installed; a pin
+    the environment does not hold would fail the step. The gate step then evaluates the
+    production checkpoint as a candidate with the freshly installed command: PASS, exit 0.
+    """
+    from tests.github_runner import run_github_job
+
+    out = week.evalsentry("init", "--ci", "github")
+    workflow = week.folder / ".github" / "workflows" / "evalsentry.yml"
+    assert f"wrote {workflow}" in out and f"kept {LOCK}\n" in out, out
+    lock = (week.folder / LOCK).read_text()
+    assert lock.endswith((ROOT / "requirements" / "lock.txt").read_text().split("\n", 2)[2])
+    edit(workflow, "EVALSENTRY_MODEL: my-model", "EVALSENTRY_MODEL: wine-classifier")
+    edit(workflow, "checkpoints/my-model.pt", "checkpoints/wine.pt")
+    edit(workflow, 'whl/cpu "evalsentry[s3]"', f'whl/cpu "evalsentry[s3] @ {week.wheel.as_uri()}"')
+
+    venv = tmp_path / "runner-python"
+    runner_python(venv, packages_but_evalsentry(tmp_path / "packages"))
+    env = {
+        **{k: v for k, v in week.env.items() if k != "PATH"},
+        "PATH": os.pathsep.join([str(venv / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]),
+        "VIRTUAL_ENV": str(venv),
+        "PYTHONPATH": "",
+        "PIP_NO_INDEX": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+    fork = {"pull_request": {"number": 7, "head": {"repo": {"full_name": "fork/models"}}}}
+    job = run_github_job(workflow, week.folder, tmp_path / "runner", fork, env, install=True)
+
+    installed = job.step("Install evalsentry")
+    assert installed.ran and installed.code == 0, installed.out[-3000:]
+    assert re.findall(r"Successfully installed (.+)", installed.out) == ["evalsentry-0.1.0"]
+    assert (venv / "bin" / "evalsentry").is_file()
+    gate = job.step("Evaluate the checkpoint")
+    assert gate.outputs.get("exit-code") == "0", gate.out[-3000:]
+    assert "PASS" in gate.summary and not job.failed, gate.summary
+
+
+def test_the_last_edges_through_the_installed_command(week: Team, tmp_path: Path) -> None:
+    """A closed pipe keeps the verdict's code; a dangling store link is one line; weights of
+    another dtype are refused at register; a pad id inside a row is said at freeze."""
+    program = ["evalsentry", "gate", "--week", WEEK]
+    with subprocess.Popen(
+        program, cwd=week.folder, env=week.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as gate:
+        assert gate.stdout is not None and gate.stderr is not None
+        gate.stdout.close()  # `evalsentry gate | head -0`: the reader left before any line
+        err = gate.stderr.read().decode()
+    assert gate.returncode == 0 and err == "", err
+
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    (elsewhere / "store").symlink_to(tmp_path / "unmounted")
+    (elsewhere / "evalsentry.yaml").write_text("store: store\n")
+    refused = subprocess.run(
+        ["evalsentry", "gate"], cwd=elsewhere, env=week.env, capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "store: store: it is a symbolic link to" in refused.stderr, refused.stderr
+
+    script = (
+        "import json, sys, torch; from safetensors.torch import save_file; "
+        "saved = torch.load(sys.argv[1], weights_only=True); "
+        "state = {k: v.to(torch.int32) for k, v in saved['model_state_dict'].items()}; "
+        "save_file(state, sys.argv[2], {'lineage': json.dumps(saved['lineage'])})"
+    )
+    cast = tmp_path / "wine-int32.safetensors"
+    week.run(week.python, "-c", script, "checkpoints/wine.pt", cast)
+    register = subprocess.run(
+        ["evalsentry", "register", str(cast), "--model", "wine-classifier"],
+        cwd=week.folder,
+        env=week.env,
+        capture_output=True,
+        text=True,
+    )
+    assert register.returncode == 2 and register.stderr.count("\n") == 1, register.stderr
+    assert "is int32 where the model's is float32" in register.stderr, register.stderr
+
+    rows = tmp_path / "tokens.parquet"
+    week.run(
+        week.python,
+        "-c",
+        "import sys, pyarrow as pa, pyarrow.parquet as pq; "
+        "pq.write_table(pa.table({'ids': [[5, 0, 7], [3, 4], [9, 9, 0]]}), sys.argv[1])",
+        rows,
+    )
+    frozen = week.evalsentry(
+        *("evalset", "freeze", rows, "--name", "chars", "--task", "language_modeling"),
+        *("--target", "ids", "--tokens", "ids", "--pad-id", "0", "--max-length", "8"),
+    )
+    assert "note: the pad id 0 is a token inside 2 row(s) (first: row 0)" in frozen, frozen

@@ -1,5 +1,6 @@
-"""init: a starter project (evalsentry.yaml, prefect.yaml, evalsets/) in a team's own folder.
+"""init: a starter project in a team's own folder; lock: the pins evalsentry was tested with.
 
+``init`` writes evalsentry.yaml, prefect.yaml, evalsets/ and evalsentry-lock.txt.
 ``init --ci github`` (or ``gitlab``) adds the pull request check: a workflow that evaluates a
 branch's checkpoint against production and reports where the team reviews.
 """
@@ -28,10 +29,43 @@ PROJECT_FILES = ("evalsentry.yaml", "prefect.yaml")
 EVALSETS = "evalsets"
 #: An empty file that keeps the empty evalsets folder in git.
 KEEP = ".gitkeep"
+#: Every package pin evalsentry's own CI tested, written into the project for its installs.
+LOCK_FILE = "evalsentry-lock.txt"
 
 
 def _template(name: str) -> str:
     return (resources.files("evalsentry") / TEMPLATES / name).read_text(encoding="utf-8")
+
+
+def lock_text() -> str:
+    """The installed evalsentry's lock (package data), under a header saying what it is."""
+    from importlib.metadata import version
+
+    lines = (resources.files("evalsentry") / "lock.txt").read_text(encoding="utf-8").splitlines()
+    while lines and lines[0].startswith("#"):  # how this repository regenerates it: not theirs
+        lines.pop(0)
+    pins = "".join(f"{line}\n" for line in lines)
+    return (
+        f"# evalsentry {version('evalsentry')} was tested with exactly these packages, every\n"
+        f"# transitive pin. Install with them as constraints: pip install -c {LOCK_FILE} ...\n"
+        f"# After upgrading evalsentry, refresh it: evalsentry lock > {LOCK_FILE}\n" + pins
+    )
+
+
+def write_lock(root: Path) -> tuple[str, Path, str]:
+    """Write ``evalsentry-lock.txt`` into ``root`` where there is none; an existing one is kept."""
+    target = root / LOCK_FILE
+    try:
+        if not target.exists():
+            target.write_text(lock_text(), encoding="utf-8")
+            return ("wrote", target, "")
+        if target.read_text(encoding="utf-8", errors="replace") == lock_text():
+            return ("kept", target, "")
+    except OSError as exc:
+        raise UsageError(
+            f"{target}: cannot write it ({exc.strerror or exc}); give a folder you can write to"
+        ) from None
+    return ("kept", target, f"not this evalsentry's pins: evalsentry lock > {LOCK_FILE}")
 
 
 def _check_writable(root: Path) -> None:
@@ -86,6 +120,7 @@ def write_project(root: Path) -> list[tuple[str, Path, str]]:
         elif STORE_IGNORE not in gitignore.read_text(encoding="utf-8", errors="replace"):
             note = f"add {STORE_IGNORE} to it: the history and registry are not for git"
             done.append(("kept", gitignore, note))
+        done.append(write_lock(root))
     except OSError as exc:
         raise UsageError(
             f"{exc.filename or root}: cannot write it ({exc.strerror or exc}); "
@@ -246,16 +281,17 @@ def init(
             "--ci",
             help="Also write the pull request check for this CI: a GitHub Actions workflow or a "
             "GitLab CI job (at the git repository's root). In an existing project it writes "
-            "only that.",
+            "only that, and evalsentry-lock.txt where there is none.",
         ),
     ] = None,
 ) -> None:
-    """Write a starter project: evalsentry.yaml, prefect.yaml, evalsets/ and a .gitignore.
+    """Write a starter project: evalsentry.yaml, prefect.yaml, evalsets/, .gitignore, the lock.
 
+    The lock, evalsentry-lock.txt, holds every package pin this evalsentry was tested with.
     Never overwrites: an existing evalsentry.yaml or prefect.yaml is refused (exit 2) and
     nothing is written. The deployments run the flows of the installed evalsentry package.
-    With ``--ci``, a folder that holds a project gets only the CI file; an existing CI file is
-    refused the same way.
+    With ``--ci``, a folder that holds a project gets only the CI file (and the lock where it has
+    none); an existing CI file is refused the same way.
     """
     started = ci is not None and (folder / PROJECT_CONFIG).is_file()
     done = []
@@ -265,6 +301,8 @@ def init(
         done += write_project(folder)
     if ci is not None:
         done += write_ci(folder, ci)
+        if started:  # the workflow installs with it; a project older than it has none
+            done.append(write_lock(folder))
     for what, path, note in done:
         echo(f"{what} {path}" + (f" ({note})" if note else ""))
     if not started:
@@ -273,3 +311,13 @@ def init(
         echo(NEXT_STEPS.format(where=where, folder=shlex.quote(str(folder.resolve()))))
     if ci is not None:
         echo(CI_NEXT_STEPS[ci].format(file=ci_target(folder, ci)))
+
+
+@app.command()
+def lock() -> None:
+    """Print every package pin this evalsentry was tested with (its evalsentry-lock.txt).
+
+    After an upgrade: evalsentry lock > evalsentry-lock.txt, then install with it as
+    constraints (pip install -c evalsentry-lock.txt ...), as the generated CI workflow does.
+    """
+    echo(lock_text(), nl=False)
