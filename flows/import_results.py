@@ -59,9 +59,18 @@ def import_results(
         return fail(f"{_label(week)}: ERROR {exc}", [])
 
 
+#: The import-results run of a project without ``imports:``: Completed, no alert.
+NOTHING_CONFIGURED = (
+    "nothing configured: evalsentry.yaml lists no imports:; weekly-eval evaluates this "
+    "project's checkpoints"
+)
+
+
 def _imports(week: str, models: list[str] | None, config_path: str) -> State:
     """Find, import, gate the imported lines' week, publish; the run's end, its verdict."""
     settings = load_config(config_path)
+    if not settings.imports and not models:  # a project that imports nothing: not an alarm
+        return complete(f"{week}: {NOTHING_CONFIGURED}", logging.INFO, [], {"week": week})
     if not settings.imports:
         return fail(f"{week}: ERROR nothing to import", [f"{config_path}: imports: lists no line"])
     found = find_new_runs(settings, models)

@@ -11,6 +11,7 @@ from prefect import flow, get_run_logger, runtime
 from prefect.client.schemas.objects import FlowRun, State
 from prefect.context import FlowRunContext
 
+from evalsentry.checkpoints.registry import Registry
 from evalsentry.config import Config, load_config
 from evalsentry.cost.meter import CostMeter
 from evalsentry.errors import (
@@ -20,6 +21,7 @@ from evalsentry.errors import (
     UsageError,
 )
 from evalsentry.evalsets.evalset import Evalset, list_evalsets
+from evalsentry.evaluation import planning
 from evalsentry.evaluation.isolation import prestart
 from evalsentry.evaluation.pipeline import Outcome, Target, new_run_id, week_results
 from evalsentry.evaluation.planning import WeekPlan, binding_text, not_evaluated, tolerance_warnings
@@ -338,12 +340,27 @@ def _week(
     except ConfigError as exc:
         return fail(f"{week}: ERROR the config does not fit the evalsets", [str(exc)])
     except UsageError as exc:  # nothing to evaluate is never a pass
+        if models is None and evalsets is None and _imports_only(settings):
+            return complete(f"{week}: {NOTHING_CONFIGURED}", logging.INFO, [], {"week": week})
         return fail(f"{week}: ERROR nothing to evaluate", [str(exc)])
     ran = _run_plan(run, plan, RunnerChoice(task_runner, dask_address, fan_out))
     # The verdict of the week, whatever runs recorded it: the same gate as `evalsentry gate`,
     # the week's recorded drift included.
     report = gate_week(settings.store_url, week, settings)
     return _publish(run, report, ran, plan.partial)
+
+
+#: A harness-only project's weekly-eval run: Completed, no alert (import-results gates it).
+NOTHING_CONFIGURED = (
+    "nothing configured: no checkpoint is registered or bound, and the results are imported "
+    "(imports:); import-results gates them"
+)
+
+
+def _imports_only(settings: Config) -> bool:
+    return planning.imports_only(
+        settings, Registry(settings.registry_url), History(settings.store_url)
+    )
 
 
 @dataclass(frozen=True)

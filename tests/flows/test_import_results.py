@@ -95,3 +95,21 @@ def test_a_line_whose_folder_holds_no_run_fails_the_run_naming_it(tmp_path: Path
     )
     assert state.is_failed()
     assert "sums-lm" in state.message and "imports.sums-lm.results" in state.message
+
+
+def test_a_project_without_imports_completes_and_sends_nothing(tmp_path: Path) -> None:
+    """The deployed import-results of a project that imports nothing: Completed, saying so, no
+    alert every Monday; asking it for a line by name is still an ERROR."""
+    config = tmp_path / "evalsentry.yaml"
+    config.write_text("store: store\n")
+    state = import_results(week="2026-W40", config_path=str(config), return_state=True)
+    assert state.is_completed(), state.message
+    assert state.message == (
+        "2026-W40: nothing configured: evalsentry.yaml lists no imports:; weekly-eval "
+        "evaluates this project's checkpoints"
+    )
+    assert alerts_of(state, "2026-W40", expect=False) == []
+    asked = import_results(
+        week="2026-W40", models=["chat"], config_path=str(config), return_state=True
+    )
+    assert asked.is_failed() and asked.message.startswith("2026-W40: ERROR nothing to import")

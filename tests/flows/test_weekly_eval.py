@@ -267,6 +267,28 @@ class TestNothingToEvaluate:
         assert "model 'toy-modle' is not registered. Did you mean 'toy-model'?" in state.message
         assert history(toy_project).evaluations().empty
 
+    def test_a_project_that_only_imports_completes_and_sends_nothing(
+        self, toy_project: Path
+    ) -> None:
+        """imports: and no checkpoint: the run says nothing is configured for it, Completed and
+        quiet; once the history holds a line of its own that the registry lost, it fails."""
+        from tests.synthetic import accuracy_mask, record_week
+
+        text = toy_project.read_text().replace("registry: registry", "registry: none")
+        toy_project.write_text(text + "imports:\n  chat: {harness: lm-eval, results: runs}\n")
+        state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
+        assert state.is_completed(), state.message
+        assert state.message == (
+            "2026-W40: nothing configured: no checkpoint is registered or bound, and the "
+            "results are imported (imports:); import-results gates them"
+        )
+        assert alerts_of(state, "2026-W40", expect=False) == []
+
+        settings = load_config(toy_project)
+        record_week(History(settings.store_url), "2026-W39", accuracy_mask(200, 0.9), model="m")
+        lost = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
+        assert lost.is_failed() and lost.message.startswith("2026-W40: ERROR nothing to evaluate")
+
     def test_an_empty_registry_fails_the_run_saying_how_to_register(
         self, toy_project: Path, tmp_path: Path
     ) -> None:
@@ -282,12 +304,14 @@ class TestNothingToEvaluate:
 
 
 def test_a_store_that_is_a_file_fails_the_run_before_any_inference(toy_project: Path) -> None:
-    """`store:` naming a file: Failed in seconds, naming it; no inference task ran."""
+    """`store:` naming a file: Failed in seconds, naming it; no inference task ran.
+
+    evalsentry.yaml is refused as it loads (`History.check_writable` would name it next)."""
     (toy_project.parent / "store").write_text("not a folder")
     state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
     assert state.is_failed()
-    assert state.message.startswith("2026-W40: ERROR the store is unusable | ")
-    assert "the store is a file, not a folder" in state.message
+    assert state.message.startswith(f"2026-W40: ERROR {toy_project}: store: store: ")
+    assert "it is a file, not a folder" in state.message
     assert not [
         r for r in task_runs(state.state_details.flow_run_id) if r.name.startswith("evaluate-")
     ]

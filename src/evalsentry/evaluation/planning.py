@@ -299,6 +299,19 @@ class WeekPlan:
     retired: list[str] = field(default_factory=list)
 
 
+def imports_only(config: Config, registry: Registry, history: History) -> bool:
+    """Whether the project's week is all imported: weekly-eval has nothing of its own to run.
+
+    True when ``imports:`` lists lines, no model is bound or registered (in any stage), and the
+    history holds results of imported lines only: a line the weekly run once evaluated and can
+    no longer find is a broken registry, not a project without checkpoints.
+    """
+    if not config.imports or config.models or registry.list():
+        return False
+    recorded = history.evaluations()
+    return recorded.empty or set(recorded["model"]) <= set(config.imports)
+
+
 def plan_week(
     config: Config,
     registry: Registry,
