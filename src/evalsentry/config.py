@@ -486,12 +486,13 @@ def load_config(path: str | Path | None = None) -> Config:
         raise config_error(file, exc) from None
     config._source = str(file.resolve())
     for field in ("store", "registry", "evalsets"):  # a folder that cannot be one reads as empty
-        location = getattr(config, field)
-        problem = None if "://" in location else folder_problem(Path(config.root) / location)
+        setting = getattr(config, field)
+        location = Path(config.root) / setting
+        problem = None if "://" in setting else folder_problem(location, field)
         if problem is not None:
             raise ConfigError(
-                file,
-                field,
-                f"{location}: {problem}; point {field}: at a folder this user can read and write",
+                location,
+                "",
+                f"{problem}; point `{field}:` in {file} at a folder this user can read and write",
             )
     return config

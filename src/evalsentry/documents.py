@@ -132,22 +132,22 @@ def config_error(file: object, exc: ValidationError) -> ConfigError:
     return ConfigError(file, field, message)
 
 
-def folder_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be a local folder to read and write; None when it can be.
+def folder_problem(path: Path, role: str) -> str | None:
+    """Why ``path`` cannot be the local folder of ``role`` (``store``); None when it can be.
 
     Missing is fine (a store or registry is made on first write). A dangling symbolic link, a
     file, or a folder that cannot be read, there or in a folder above it, is not: the history
     behind it would read as empty.
     """
     for part in (path, *path.parents):
-        what = "it" if part == path else str(part)
+        what = f"the {role} is" if part == path else f"the {role} cannot be a folder: {part} is"
         if part.is_symlink() and not part.exists():
-            return f"{what} is a symbolic link to {part.readlink()}, which does not exist"
+            return f"{what} a symbolic link to {part.readlink()}, which does not exist"
         if not part.exists():
             continue
         if not part.is_dir():
-            return f"{what} is a file, not a folder"
+            return f"{what} a file" + (", not a folder" if part == path else "")
         if part == path and not os.access(part, os.R_OK | os.X_OK):
-            return "it cannot be read (permission denied)"
+            return f"the {role} cannot be read (permission denied)"
         return None
     return None

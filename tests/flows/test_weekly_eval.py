@@ -310,8 +310,8 @@ def test_a_store_that_is_a_file_fails_the_run_before_any_inference(toy_project: 
     (toy_project.parent / "store").write_text("not a folder")
     state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
     assert state.is_failed()
-    assert state.message.startswith(f"2026-W40: ERROR {toy_project}: store: store: ")
-    assert "it is a file, not a folder" in state.message
+    store = toy_project.parent / "store"
+    assert state.message.startswith(f"2026-W40: ERROR {store}: the store is a file, not a folder")
     assert not [
         r for r in task_runs(state.state_details.flow_run_id) if r.name.startswith("evaluate-")
     ]

@@ -386,7 +386,7 @@ def test_the_last_edges_through_the_installed_command(week: Team, tmp_path: Path
         ["evalsentry", "gate"], cwd=elsewhere, env=week.env, capture_output=True, text=True
     )
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
-    assert "store: store: it is a symbolic link to" in refused.stderr, refused.stderr
+    assert "store: the store is a symbolic link to" in refused.stderr, refused.stderr
 
     script = (
         "import json, sys, torch; from safetensors.torch import save_file; "

@@ -180,18 +180,26 @@ class TestLocations:
         assert main(["gate", "--config", str(file)]) == 2
         err = capsys.readouterr().err
         assert err == (
-            f"error: {file}: store: store: it is a symbolic link to "
-            f"{tmp_path / 'unmounted' / 'history'}, which does not exist; point store: at a "
-            "folder this user can read and write\n"
+            f"error: {tmp_path / 'store'}: the store is a symbolic link to "
+            f"{tmp_path / 'unmounted' / 'history'}, which does not exist; point `store:` in "
+            f"{file} at a folder this user can read and write\n"
         )
         assert "no weekly evaluation" not in err
 
     @pytest.mark.parametrize(
         ("field", "location", "problem"),
         [
-            ("registry", "models.txt", "it is a file, not a folder"),
-            ("evalsets", "models.txt/evalsets", "{root}/models.txt is a file, not a folder"),
-            ("evalsets", "gone/evalsets", "{root}/gone is a symbolic link to nowhere, which"),
+            ("registry", "models.txt", "the registry is a file, not a folder"),
+            (
+                "evalsets",
+                "models.txt/evalsets",
+                "the evalsets cannot be a folder: {root}/models.txt is a file;",
+            ),
+            (
+                "evalsets",
+                "gone/evalsets",
+                "the evalsets cannot be a folder: {root}/gone is a symbolic link to nowhere,",
+            ),
         ],
     )
     def test_a_location_that_cannot_be_a_folder_is_refused(
@@ -204,7 +212,9 @@ class TestLocations:
         file.write_text(f"{field}: {location}\n")
         with pytest.raises(ConfigError) as refused:
             load_config(file)
-        assert f"{field}: {location}: {problem.format(root=tmp_path)}" in str(refused.value)
+        message = str(refused.value)
+        assert message.startswith(f"{tmp_path / location}: {problem.format(root=tmp_path)}")
+        assert f"point `{field}:` in {file}" in message
 
     def test_a_missing_folder_is_fine_and_an_object_store_is_not_looked_at(
         self, tmp_path: Path
@@ -220,7 +230,7 @@ class TestLocations:
         (tmp_path / "store").mkdir(mode=0o000)
         file = tmp_path / "evalsentry.yaml"
         file.write_text("store: store\n")
-        with pytest.raises(ConfigError, match=r"store: store: it cannot be read"):
+        with pytest.raises(ConfigError, match=r"the store cannot be read \(permission denied\)"):
             load_config(file)
 
 
