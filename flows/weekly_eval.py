@@ -50,13 +50,13 @@ from evalsentry.tasks.gate import gate_week
 from evalsentry.tasks.history import write_comparisons, write_drift, write_history
 from evalsentry.tasks.registry import plan_week
 from evalsentry.tasks.report import publish_report
-from evalsentry.weeks import check_week, iso_week, now_utc
+from evalsentry.weeks import check_begun, check_week, iso_week, now_utc
 
 
 def resolve_week(week: str | None) -> str:
-    """An explicit week (a backfill), else the ISO week of the run's scheduled start."""
+    """An explicit week (a backfill; never one not yet begun), else the scheduled start's week."""
     if week:
-        return check_week(week)
+        return check_begun(week)
     scheduled = runtime.flow_run.scheduled_start_time
     return iso_week(scheduled if scheduled is not None else now_utc())
 

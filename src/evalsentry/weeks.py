@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from datetime import UTC, date, datetime
 
-from evalsentry.errors import InvalidName
+from evalsentry.errors import InvalidName, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,22 @@ def week_start(week: str) -> date:
 def check_week(week: str) -> str:
     """Return an ISO week like ``2026-W49`` if valid (see ``week_start``), else raise ``InvalidName``."""
     week_start(week)
+    return week
+
+
+def check_begun(week: str, now: datetime | None = None) -> str:
+    """``week`` if it is valid and has begun (by UTC): results are recorded in or after a week.
+
+    Raises:
+        InvalidName: see ``check_week``.
+        UsageError: a later week than the current one; nothing of it can have run yet.
+    """
+    current = iso_week(now)
+    if week_start(week) > week_start(current):
+        raise UsageError(
+            f"week {week} has not begun (it is {current} now, UTC); record a week during or "
+            "after it"
+        )
     return week
 
 

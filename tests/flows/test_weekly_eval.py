@@ -324,6 +324,19 @@ def test_malformed_week_is_refused(toy_project: Path, week: str) -> None:
     assert state.is_failed() and "ISO week" in state.message
 
 
+def test_a_week_not_begun_is_refused_and_nothing_recorded(toy_project: Path) -> None:
+    """`week=` next week (a typo, or a run form filled in ahead): Failed in one line."""
+    from datetime import timedelta
+
+    from evalsentry.weeks import now_utc
+
+    next_week = iso_week(now_utc() + timedelta(days=7))
+    state = weekly_eval(week=next_week, config_path=str(toy_project), return_state=True)
+    assert state.is_failed()
+    assert state.message.startswith(f"{next_week}: ERROR week {next_week} has not begun (it is ")
+    assert history(toy_project).evaluations().empty
+
+
 class TestDrift:
     @staticmethod
     def shifted_live_sample(toy_evalset: Path, tmp_path: Path) -> Path:

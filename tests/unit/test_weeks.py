@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from evalsentry.cli import main
-from evalsentry.errors import InvalidName
+from evalsentry.errors import InvalidName, UsageError
 from evalsentry.history.store import History
-from evalsentry.weeks import check_week, week_start
+from evalsentry.weeks import check_begun, check_week, iso_week, now_utc, week_start
 from tests.models import TRUSTED_YAML
 from tests.synthetic import accuracy_mask, record_week
 
@@ -62,6 +62,31 @@ class TestCheckWeek:
             date.fromisocalendar(2027, 53, 1)
         with pytest.raises(InvalidName, match="2027 has ISO weeks 01 to 52"):
             check_week("2027-W53")
+
+
+class TestWeekBegun:
+    def test_a_week_is_recorded_from_its_first_moment_never_before(self) -> None:
+        """Sunday 23:59 UTC of 2026-W49 refuses 2026-W50; its Monday 00:00 accepts it."""
+        sunday = datetime(2026, 12, 6, 23, 59, tzinfo=UTC)
+        with pytest.raises(UsageError) as refused:
+            check_begun("2026-W50", now=sunday)
+        assert str(refused.value) == (
+            "week 2026-W50 has not begun (it is 2026-W49 now, UTC); record a week during or "
+            "after it"
+        )
+        assert check_begun("2026-W50", now=sunday + timedelta(minutes=1)) == "2026-W50"
+        assert check_begun("2026-W10", now=sunday) == "2026-W10"
+        with pytest.raises(InvalidName):
+            check_begun("2026-50", now=sunday)
+
+    def test_run_refuses_a_week_not_begun_in_one_line(
+        self, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`evalsentry run --week` of next week: exit 2 before any Prefect server starts."""
+        next_week = iso_week(now_utc() + timedelta(days=7))
+        assert main(["run", "--week", next_week, "--config", str(project / "evalsentry.yaml")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: week {next_week} has not begun") and err.count("\n") == 1
 
 
 class TestCommandLine:

@@ -91,7 +91,7 @@ def _record(
     config: Path | None,
 ) -> None:
     from evalsentry.harnesses.run import record_import
-    from evalsentry.weeks import check_week, iso_week
+    from evalsentry.weeks import check_begun, iso_week
 
     settings, store = ci.project(config)
     outcome = record_import(
@@ -100,7 +100,7 @@ def _record(
         config=settings,
         model=model,
         evalset=evalset,
-        week=check_week(week) if week else iso_week(),
+        week=check_begun(week) if week else iso_week(),
         allow_harness_change=allow,
     )
     row = outcome.evaluation

@@ -32,10 +32,10 @@ def run(
     there is nothing to evaluate (an empty registry, a mistyped model) or the input is unusable.
     """
     from evalsentry.evaluation.orchestration import ensure_prefect_api, import_flow
-    from evalsentry.weeks import check_week
+    from evalsentry.weeks import check_begun
 
     if week is not None:
-        check_week(week)
+        check_begun(week)
     settings = _config(config)
     temporary = ensure_prefect_api()
     _something_to_evaluate(settings, model, evalset)
