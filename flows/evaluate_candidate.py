@@ -58,7 +58,12 @@ def evaluate_candidate(
     A ``model`` neither registered nor in the history is refused unless ``new_model``.
 
     Args:
+        checkpoint: The candidate's checkpoint file, relative to the run's working directory.
+        model: The model line it is a candidate of (as registered).
+        evalsets: Only these evalsets; empty: the line's bound evalsets.
+        device: auto (a GPU when there is one), cpu, cuda or cuda:N.
         config_path: The project's evalsentry.yaml, relative to the run's working directory.
+        new_model: Allow a model line that is neither registered nor in the history.
     """
     quiet_domain_errors()
     settings = load_config(config_path)

@@ -52,6 +52,12 @@ def evaluate_one(
     A checkpoint that fails is recorded as an error row (the parent's gate reports it).
 
     Args:
+        model: The model line.
+        version: Its registered version.
+        evalset: The evalset to evaluate it on.
+        week: The parent run's ISO week.
+        run_id: The parent run's id: the row is recorded under it.
+        device: auto (a GPU when there is one), cpu, cuda or cuda:N.
         config_path: The project's evalsentry.yaml, relative to the run's working directory.
         stages: What the parent run evaluates of each line (default: production, candidate).
         retire: The week's rows the parent's plan retires, when this child records them.

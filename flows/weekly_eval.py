@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from prefect import flow, get_run_logger, runtime
 from prefect.client.schemas.objects import FlowRun, State
@@ -283,7 +283,7 @@ def weekly_eval(
     stages: Sequence[str] = WEEKLY_STAGES,
     device: str = "auto",
     config_path: str = "evalsentry.yaml",
-    task_runner: str = "thread",
+    task_runner: Literal["thread", "dask"] = "thread",
     dask_address: str | None = None,
     fan_out: bool = False,
 ) -> State:
@@ -299,7 +299,16 @@ def weekly_eval(
     the week; this run waits for them, then gates and reports.
 
     Args:
+        week: ISO week to record, e.g. 2026-W49 (a backfill); empty: the week of the run's
+            scheduled start. A week that has not begun is refused.
+        models: Only these model lines (a partial run); empty: every registered line.
+        evalsets: Only these evalsets; empty: each line's bound evalsets.
+        stages: Registry stages to evaluate: production, candidate.
+        device: auto (a GPU when there is one), cpu, cuda or cuda:N.
         config_path: The project's evalsentry.yaml, relative to the run's working directory.
+        task_runner: Where the evaluations run: thread (this process) or dask.
+        dask_address: The Dask scheduler for task_runner dask; empty: a local cluster.
+        fan_out: One evaluate-one child flow run per checkpoint and evalset, on the gpu pool.
     """
     quiet_domain_errors()
     try:

@@ -86,8 +86,11 @@ def test_shipped_worker_config_is_what_the_local_cluster_uses() -> None:
 
 
 def test_unknown_task_runner_fails_the_run(toy_project: Path) -> None:
-    """A task runner other than thread or dask is refused with a clear message."""
+    """A task runner other than thread or dask is refused by the parameter's enum."""
     state = weekly_eval(
-        week="2026-W40", config_path=str(toy_project), task_runner="ray", return_state=True
+        week="2026-W40",
+        config_path=str(toy_project),
+        task_runner="ray",  # type: ignore[arg-type]
+        return_state=True,
     )
-    assert state.is_failed() and "use thread or dask" in state.message
+    assert state.is_failed() and "task_runner: Input should be 'thread' or 'dask'" in state.message

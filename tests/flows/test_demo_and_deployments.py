@@ -140,3 +140,22 @@ def test_the_import_results_deployment_runs_its_flow_once_a_week() -> None:
     fires = asyncio.run(cron.get_dates(n=3, start=datetime(2026, 12, 1, tzinfo=UTC)))
     assert [b - a for a, b in itertools.pairwise(fires)] == [timedelta(days=7)] * 2
     assert (fires[0].weekday(), fires[0].hour) == (0, 5)  # Monday, before weekly-eval at 6
+
+
+def test_the_run_form_describes_every_parameter_of_every_flow() -> None:
+    """Each parameter has a description in the UI's Run form; task_runner is a choice."""
+    from prefect.utilities.callables import parameter_schema
+
+    from evalsentry.flows.evaluate_candidate import evaluate_candidate
+    from evalsentry.flows.evaluate_one import evaluate_one
+    from evalsentry.flows.import_results import import_results
+    from evalsentry.flows.weekly_eval import weekly_eval
+
+    for flow in (weekly_eval, import_results, evaluate_candidate, evaluate_one):
+        properties = parameter_schema(flow).model_dump()["properties"]
+        assert properties, flow.name
+        undescribed = [name for name, p in properties.items() if not p.get("description")]
+        assert not undescribed, (flow.name, undescribed)
+    weekly = parameter_schema(weekly_eval).model_dump()["properties"]
+    assert weekly["task_runner"]["enum"] == ["thread", "dask"]
+    assert "cuda:N" in weekly["device"]["description"]
