@@ -13,7 +13,7 @@ from prefect import flow, runtime
 from evalsentry.checkpoints.registry import Registry
 from evalsentry.config import load_config
 from evalsentry.evaluation.pipeline import Target
-from evalsentry.flows.runs import short_id
+from evalsentry.flows.runs import short_id, tag_run
 from evalsentry.names import WEEKLY_RUN, WEEKLY_STAGES
 from evalsentry.tasks.evalsets import check_evalset, load_evalset
 from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device
@@ -62,6 +62,7 @@ def evaluate_one(
         stages: What the parent run evaluates of each line (default: production, candidate).
         retire: The week's rows the parent's plan retires, when this child records them.
     """
+    tag_run([f"week:{week}", f"model:{model}"])
     settings = load_config(config_path)
     target = Target.from_entry(Registry(settings.registry_url).show(model, version))
     validation = check_evalset(evalset, settings.evalsets_dir)

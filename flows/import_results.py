@@ -9,8 +9,9 @@ from prefect.client.schemas.objects import State
 
 from evalsentry.config import load_config
 from evalsentry.errors import EvalsentryError
-from evalsentry.flows.runs import complete, fail, quiet_domain_errors, short_id
-from evalsentry.flows.weekly_eval import alert_failed_week, hold_alert, resolve_week
+from evalsentry.flows.runs import complete, fail, quiet_domain_errors, short_id, tag_run
+from evalsentry.flows.week_alert import alert_failed_week, hold_alert
+from evalsentry.flows.weekly_eval import resolve_week
 from evalsentry.gate.week import Verdict
 from evalsentry.harnesses.pickup import IMPORT, REFUSED
 from evalsentry.tasks.gate import gate_week
@@ -73,6 +74,7 @@ def _imports(week: str, models: list[str] | None, config_path: str) -> State:
         return complete(f"{week}: {NOTHING_CONFIGURED}", logging.INFO, [], {"week": week})
     if not settings.imports:
         return fail(f"{week}: ERROR nothing to import", [f"{config_path}: imports: lists no line"])
+    tag_run([f"week:{week}", *(f"model:{line}" for line in sorted(models or settings.imports))])
     found = find_new_runs(settings, models)
     imported = [import_run(f, settings, week) for f in found if f.action == IMPORT]
     report = gate_week(settings.store_url, week, settings, models or sorted(settings.imports))

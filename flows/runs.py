@@ -169,6 +169,24 @@ def log_verdict(lines: Sequence[tuple[int, str]]) -> None:
         logger.log(level, text, extra=extra)
 
 
+def tag_run(tags: Sequence[str]) -> None:
+    """Add ``tags`` (``week:2026-W49``, ``model:digits``) to this flow run, to filter runs by.
+
+    A run's tags are set when it is created; these are known only once it runs, so they are
+    added through the API. A failure to tag is logged, never the run's failure.
+    """
+    from prefect.client.orchestration import get_client
+
+    current = set(runtime.flow_run.tags or [])
+    if set(tags) <= current:
+        return
+    try:
+        with get_client(sync_client=True) as client:
+            client.update_flow_run(runtime.flow_run.id, tags=sorted(current | set(tags)))
+    except Exception as exc:  # noqa: BLE001 - a tag is a convenience; the week goes on
+        get_run_logger().warning("could not tag the run %s: %s", sorted(tags), exc)
+
+
 def fail(headline: str, details: Sequence[str]) -> State:
     """Log the headline and each detail as the head of the run's log; the Failed state to return.
 

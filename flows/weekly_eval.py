@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger, runtime
-from prefect.client.schemas.objects import FlowRun, State
+from prefect.client.schemas.objects import State
 from prefect.context import FlowRunContext
 
 from evalsentry.checkpoints.registry import Registry
@@ -29,18 +29,18 @@ from evalsentry.flows.dask_cluster import dask_runner
 from evalsentry.flows.fan_out import fan_out
 from evalsentry.flows.runs import (
     RUN_ID_CHARS,
-    SEPARATOR,
     complete,
     fail,
     quiet_domain_errors,
     short_id,
+    tag_run,
 )
+from evalsentry.flows.week_alert import alert_failed_week, hold_alert
 from evalsentry.gate.drift import DriftResult
 from evalsentry.gate.verdicts import Comparison
 from evalsentry.gate.week import GateReport, Verdict
 from evalsentry.history.store import History
 from evalsentry.names import WEEKLY_RUN, WEEKLY_STAGES
-from evalsentry.reports.alerts import failure_summary
 from evalsentry.reports.report import run_scope
 from evalsentry.tasks import events
 from evalsentry.tasks.drift import check_drift
@@ -206,62 +206,6 @@ class RunnerChoice:
         return self.task_runner == "thread" and not self.fan_out
 
 
-#: The alert of each failed weekly run of this process, by flow run id: the flow holds it, the
-#: run's on_failure hook sends it. A run that failed without one (before its gate, or on an
-#: exception) gets the summary of its state message.
-_HELD: dict[str, tuple[str, dict[str, Any], list[str]]] = {}
-
-
-def hold_alert(week: str, report: GateReport) -> None:
-    """The gate's own summary for this run's alert (sent by :func:`alert_failed_week`).
-
-    Its headline, counts, models and worst rows are the report's, so the alert never
-    contradicts the state message it leads with.
-    """
-    _HELD[str(runtime.flow_run.id)] = (
-        week,
-        events.week_summary(report),
-        sorted({c.model for c in report.problems if c.model != "*"}),
-    )
-
-
-def _week_of(flow_run: FlowRun) -> str:
-    """The week a run is about: its ``week`` parameter, else its scheduled start's ISO week."""
-    week = flow_run.parameters.get("week")
-    if week:
-        return str(week)
-    start = flow_run.expected_start_time or flow_run.created
-    return iso_week(start) if start is not None else iso_week(now_utc())
-
-
-def alert_failed_week(flow: Any, flow_run: FlowRun, state: State) -> None:
-    """The on_failure hook of weekly-eval: each Failed run sends one ``evalsentry.week.failed``.
-
-    Whatever failed it: the gate (its summary, held by the flow), an early stop (nothing to
-    evaluate, an unusable store or config), an exception, or parameters Prefect refused. A
-    Crashed run (a killed process: no hook runs) alerts through Prefect's own event instead
-    (flows/week-alerts.yaml).
-    """
-    held = _HELD.pop(str(flow_run.id), None)
-    if held is None:
-        week = _week_of(flow_run)
-        headline, *details = (state.message or "the run failed").split(SEPARATOR)
-        if not headline.startswith(f"{week}: "):
-            headline = f"{week}: ERROR {headline}"
-        payload = failure_summary(
-            week,
-            headline,
-            details,
-            run_name=flow_run.name,
-            run_url=events.run_url(flow_run.id),
-        )
-        held = (week, payload, [])
-    week, payload, models = held
-    events.week_failed(
-        week, payload, flow_run_id=flow_run.id, flow_run_name=flow_run.name, models=models
-    )
-
-
 def _label(week: str | None) -> str:
     """The week a run's messages lead with: the resolved week, or what was given."""
     try:
@@ -344,6 +288,7 @@ def _week(
     except HistoryError as exc:
         return fail(f"{week}: ERROR the store is unusable", [str(exc)])
     run = RunContext(settings, config_path, new_run_id(), week, device, tuple(stages))
+    tag_run([f"week:{week}"])
     try:
         plan = plan_week(settings, week, run.run_id, models, evalsets, stages)
     except ConfigError as exc:
@@ -352,6 +297,8 @@ def _week(
         if models is None and evalsets is None and _imports_only(settings):
             return complete(f"{week}: {NOTHING_CONFIGURED}", logging.INFO, [], {"week": week})
         return fail(f"{week}: ERROR nothing to evaluate", [str(exc)])
+    lines = {t.model for t, _ in plan.pairs} | {str(e.evaluation["model"]) for e in plan.errors}
+    tag_run([f"week:{week}", *(f"model:{line}" for line in sorted(lines))])
     ran = _run_plan(run, plan, RunnerChoice(task_runner, dask_address, fan_out))
     # The verdict of the week, whatever runs recorded it: the same gate as `evalsentry gate`,
     # the week's recorded drift included.

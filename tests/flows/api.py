@@ -94,3 +94,13 @@ def run_name(flow_run_id: object) -> str:
             return str((await client.read_flow_run(flow_run_id)).name)
 
     return asyncio.run(read())
+
+
+def run_tags(flow_run_id: object) -> set[str]:
+    """The flow run's tags, as the API holds them."""
+
+    async def read() -> set[str]:
+        async with get_client() as client:
+            return set((await client.read_flow_run(flow_run_id)).tags)
+
+    return asyncio.run(read())

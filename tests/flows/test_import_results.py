@@ -12,7 +12,7 @@ from prefect.client.orchestration import get_client
 
 from evalsentry.flows.import_results import import_results
 from evalsentry.history.store import History
-from tests.flows.api import alerts_of
+from tests.flows.api import alerts_of, run_tags
 from tests.unit.harnesses.conftest import harness_logs  # noqa: F401 - fixture: real harness logs
 
 IMPORTS = """\
@@ -57,6 +57,11 @@ def test_new_runs_are_imported_once_and_a_degraded_one_fails_the_week(
     running week 2 again imports nothing and ends the same way."""
     first = import_results(week="2026-W40", config_path=str(project), return_state=True)
     assert first.is_completed(), first.message
+    assert run_tags(first.state_details.flow_run_id) == {
+        "week:2026-W40",
+        "model:sums-inspect",
+        "model:sums-lm",
+    }
     results = project.parent / "results"
     shutil.copytree(harness_logs / "lm" / "same", results / "lm" / "same")
     shutil.copytree(harness_logs / "inspect" / "worse", results / "inspect" / "worse")

@@ -23,7 +23,7 @@ from evalsentry.flows.weekly_eval import weekly_eval
 from evalsentry.history.store import History
 from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device
 from evalsentry.weeks import iso_week
-from tests.flows.api import alerts_of, run_logs, run_name, task_runs
+from tests.flows.api import alerts_of, run_logs, run_name, run_tags, task_runs
 from tests.flows.test_s3_store import s3_endpoint, s3_project  # noqa: F401 - fixtures, moto on loopback
 from tests.models import TRUST, SlowNet
 from tests.unit.evalsets.test_evalsets import edit
@@ -73,6 +73,8 @@ class TestWeeklyEval:
             True,
             True,
         )
+        # Each run carries its week and lines as tags, to find it by in the UI.
+        assert run_tags(third.state_details.flow_run_id) == {"week:2026-W42", "model:toy-model"}
         assert first.name == "Completed"
         assert third.message.startswith("2026-W42: FAIL toy-model@v2 accuracy -")
         assert "\n" not in third.message  # the run log shows it as one line, not escaped ones
