@@ -6,14 +6,15 @@ workers on N hosts share the week.
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow, runtime
+from prefect.client.schemas.objects import State
+from prefect.states import Completed
 
 from evalsentry.checkpoints.registry import Registry
 from evalsentry.config import load_config
-from evalsentry.evaluation.pipeline import Target
+from evalsentry.evaluation.pipeline import Outcome, Target
 from evalsentry.flows.runs import short_id, tag_run
+from evalsentry.gate.verdicts import brief_reason
 from evalsentry.names import WEEKLY_RUN, WEEKLY_STAGES
 from evalsentry.tasks.evalsets import check_evalset, load_evalset
 from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device
@@ -46,7 +47,7 @@ def evaluate_one(
     config_path: str = "evalsentry.yaml",
     stages: list[str] | None = None,
     retire: list[str] | None = None,
-) -> dict[str, Any]:
+) -> State:
     """Evaluate one registered version on one evalset and append it to the history under ``run_id``.
 
     A checkpoint that fails is recorded as an error row (the parent's gate reports it).
@@ -78,7 +79,21 @@ def evaluate_one(
         validation=validation,
     )
     write_history(settings.store_url, [outcome], stages or WEEKLY_STAGES, retire or [])
-    return {
+    result = {
         "evaluation_id": outcome.evaluation["evaluation_id"],
         "status": outcome.evaluation["status"],
     }
+    return Completed(message=recorded_line(outcome), data=result)
+
+
+def recorded_line(outcome: Outcome) -> str:
+    """What the child recorded, as its state message (an error row: its reason).
+
+    ``2026-W40: digits@v3 on digits: ok, accuracy 0.9712; the parent run gates the week``.
+    """
+    row = outcome.evaluation
+    head = f"{row['week']}: {row['model']}@v{row['version']} on {row['evalset']}"
+    if row["status"] != "ok":
+        return f"{head}: ERROR {brief_reason(str(row.get('error') or row['status']))}"
+    shown = ", ".join(f"{m['metric']} {m['value']:.4f}" for m in outcome.metrics if not m["slice"])
+    return f"{head}: ok, {shown or 'no metric'}; the parent run gates the week"

@@ -4,13 +4,14 @@ and every Failed run sends exactly one `evalsentry.week.failed` event, whatever 
 from __future__ import annotations
 
 import logging
+import re
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from evalsentry.flows.weekly_eval import weekly_eval
-from tests.flows.api import alerts_of, run_logs, run_name
+from tests.flows.api import alerts_of, run_logs, run_name, run_tags
 
 
 class TestTheVerdictLeads:
@@ -117,7 +118,7 @@ class TestNames:
         from evalsentry.flows.evaluate_one import evaluate_one
 
         @flow(name="fan-out-parent")
-        def parent() -> tuple[str, str]:
+        def parent() -> tuple[str, str, str]:
             child = evaluate_one(
                 model="toy-model",
                 version=1,
@@ -127,12 +128,20 @@ class TestNames:
                 config_path=str(toy_project),
                 return_state=True,
             )
-            return str(runtime.flow_run.id), str(child.state_details.flow_run_id)
+            message = f"{child.name}: {child.message}"
+            return str(runtime.flow_run.id), str(child.state_details.flow_run_id), message
 
-        parent_id, child_id = parent()
+        parent_id, child_id, message = parent()
         assert run_name(child_id) == (
             f"evaluate-one-toy-model-v1-toy-2026-W40-{parent_id.replace('-', '')[-6:]}"
         )
+        # Its state message says what it recorded; the parent gates the week.
+        assert re.fullmatch(
+            r"Completed: 2026-W40: toy-model@v1 on toy: ok, accuracy \d\.\d{4}, .*; "
+            r"the parent run gates the week",
+            message,
+        ), message
+        assert run_tags(child_id) == {"week:2026-W40", "model:toy-model"}
 
 
 class TestExitCodes:

@@ -33,6 +33,17 @@ BRIEF_REASON_CHARS = 80  # an ERROR's reason in a headline: enough for the cause
 #: An absolute path (or URL) in a reason: its last component is what a headline keeps.
 _PATH = re.compile(r"(?:[a-z][a-z0-9+.-]*://)?/(?:[^\s/]+/)+([^\s/:]+)")
 
+
+def brief_reason(reason: str) -> str:
+    """An ERROR's reason for a headline: paths cut to file names, at most BRIEF_REASON_CHARS."""
+    short = _PATH.sub(r"\1", reason)
+    return (
+        short
+        if len(short) <= BRIEF_REASON_CHARS
+        else short[: BRIEF_REASON_CHARS - 1].rstrip() + "…"
+    )
+
+
 #: Which kind of INCONCLUSIVE: the observed drop beyond the tolerance but not significantly
 #: ("possible-regression"), or within it with a bound that is not ("unresolved").
 InconclusiveKind = Literal["unresolved", "possible-regression"]
@@ -271,10 +282,7 @@ class Comparison:
                 words.append(f"(p={self.p_adjusted:.1g})")
         text = " ".join(words)
         if self.verdict == Verdict.ERROR and self.reason:
-            reason = _PATH.sub(r"\1", self.reason)  # the file's name: room for the cause
-            if len(reason) > BRIEF_REASON_CHARS:
-                reason = reason[: BRIEF_REASON_CHARS - 1].rstrip() + "…"
-            text += f" ({reason})"
+            text += f" ({brief_reason(self.reason)})"
         return text
 
     def describe(self) -> str:
