@@ -68,6 +68,24 @@ def alert_failed_week(flow: Any, flow_run: FlowRun, state: State) -> None:
         )
         held = (week, payload, [])
     week, payload, models = held
+    if _said_before(flow_run, state):
+        return
     events.week_failed(
         week, payload, flow_run_id=flow_run.id, flow_run_name=flow_run.name, models=models
     )
+
+
+def _said_before(flow_run: FlowRun, state: State) -> bool:
+    """Whether an earlier attempt of this run (before the UI's Retry) failed with this headline.
+
+    A retried run that fails the same way has been alerted already; one that fails otherwise
+    (another line, another cause) alerts again.
+    """
+    if (flow_run.run_count or 0) <= 1:
+        return False
+    from prefect.client.orchestration import get_client
+
+    headline = (state.message or "").split(SEPARATOR)[0]
+    with get_client(sync_client=True) as client:
+        earlier = [s for s in client.read_flow_run_states(flow_run.id) if s.id != state.id]
+    return any(s.is_failed() and (s.message or "").split(SEPARATOR)[0] == headline for s in earlier)

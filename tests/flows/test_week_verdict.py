@@ -7,6 +7,7 @@ import logging
 import re
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,6 +101,43 @@ class TestEveryFailedRunAlertsOnce:
             assert "Did you mean 'toy-model'?" in logs[1][1] and logs[1][0] == logging.ERROR
         else:
             assert "missing.yaml" in own
+
+    def test_a_retried_run_alerts_again_only_for_another_verdict(self, tmp_path: Path) -> None:
+        """The UI's Retry of a Failed run: failing the same way sends nothing more; failing
+        another way (here the config, missing, then written wrong) alerts again."""
+        from prefect.client.orchestration import get_client
+        from prefect.events.worker import EventsWorker
+        from prefect.flow_engine import run_flow
+        from prefect.states import AwaitingRetry, Scheduled
+
+        config = tmp_path / "evalsentry.yaml"
+        parameters = {"week": "2026-W40", "config_path": str(config)}
+        with get_client(sync_client=True) as client:
+            created = client.create_flow_run(weekly_eval, parameters=parameters, state=Scheduled())
+
+        def attempt() -> Any:
+            with get_client(sync_client=True) as client:
+                run = client.read_flow_run(created.id)
+                if run.state is not None and run.state.is_failed():  # the UI's Retry button
+                    client.set_flow_run_state(created.id, AwaitingRetry(), force=True)
+                    run = client.read_flow_run(created.id)
+            state = run_flow(weekly_eval, flow_run=run, parameters=parameters, return_type="state")
+            EventsWorker.drain_all(timeout=30)  # its alert, if any, has reached the server
+            return state
+
+        first = attempt()
+        assert first.is_failed() and "file not found" in first.message
+        assert len(alerts_of(first, "2026-W40")) == 1
+        same = attempt()
+        assert same.is_failed() and same.message == first.message
+        assert len(alerts_of(same, "2026-W40")) == 1  # still the first attempt's only
+        config.write_text("store: [\n")
+        other = attempt()
+        assert other.is_failed() and "file not found" not in other.message
+        alerts = alerts_of(other, "2026-W40")
+        assert sorted(a.payload["headline"] for a in alerts) == sorted(
+            state.message.split(" | ")[0] for state in (first, other)
+        )
 
     def test_a_malformed_week_refused_by_the_flow_still_alerts(self, toy_project: Path) -> None:
         """A week that is not an ISO week fails the run at once; it alerts as that week."""
