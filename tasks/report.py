@@ -49,7 +49,8 @@ def publish_report(
     words) is shown at the top of both; ``scope`` says what a partial run itself evaluated.
 
     Publishes the Markdown as an artifact, the overall metrics as a table, and a link to this
-    run's report file (HTML when written). Returns that file's URL.
+    run's report file (HTML when written). Returns where to open it: its http link where
+    ``reports_url`` is configured, else the file's URL.
     """
     history = History(store_url)
     bill = lifetime(history, config, until=report.week) if config is not None else None
@@ -81,7 +82,8 @@ def publish_report(
         key=f"{key_prefix}-report-file",
         description=f"This run's report; {latest}{kind} next to it is the week's latest",
     )
-    return str(fs.unstrip_protocol(path))
+    served = config is not None and config.reports_url is not None
+    return link if served else str(fs.unstrip_protocol(path))
 
 
 def _write_reports(

@@ -158,6 +158,22 @@ class TestWeeklyEval:
         assert rows and {row["checkpoint"] for row in rows} == {"toy-model@v1"}
         assert all(len(repr(row["value"]).partition(".")[2]) <= 7 for row in rows)
 
+    def test_with_reports_url_the_run_points_at_its_report_over_http(
+        self, toy_project: Path
+    ) -> None:
+        """`reports_url:` set: the log's `report:` line, the run's result and the link artifact
+        all give the http link; the file itself is in the store's reports folder."""
+        toy_project.write_text(
+            toy_project.read_text() + "reports_url: http://reports.example:8765/weekly/\n"
+        )
+        state = weekly_eval(week="2026-W40", config_path=str(toy_project), return_state=True)
+        name = run_name(state.state_details.flow_run_id)
+        link = f"http://reports.example:8765/weekly/{name}.html"
+        assert state.result()["report"] == link
+        assert (logging.INFO, f"report: {link}") in run_logs(state.state_details.flow_run_id)
+        reports = Path(load_config(toy_project).store_url) / "reports"
+        assert (reports / f"{name}.html").is_file()
+
     def test_each_run_keeps_its_report_and_the_week_points_at_the_latest(
         self, toy_project: Path
     ) -> None:
