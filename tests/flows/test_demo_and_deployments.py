@@ -88,10 +88,10 @@ def test_the_alert_automations_are_valid_for_the_prefect_api() -> None:
         "prefect.flow-run.Pending",
         "prefect.flow-run.Running",
     }
-    for automation in (crashed, overdue):  # only weekly-eval's runs, each on its own
+    for automation in (crashed, overdue):  # the weekly flows' runs, each on its own
         assert automation.trigger.match_related.root == {  # type: ignore[union-attr]
             "prefect.resource.role": "flow",
-            "prefect.resource.name": "weekly-eval",
+            "prefect.resource.name": ["weekly-eval", "import-results"],
         }
     actions = [a for automation in (failed, crashed, overdue) for a in automation.actions]
     assert {a.block_document_id for a in actions} == {block}  # type: ignore[union-attr]
@@ -109,11 +109,17 @@ def test_the_alert_automations_are_valid_for_the_prefect_api() -> None:
         expected_start_time=datetime(2026, 12, 7, 6, tzinfo=UTC),
         state=State(type=StateType.CRASHED, name="Crashed", message='exit code -9 "killed"'),
     )
-    for automation, alert, words in (
-        (crashed, "crashed", 'ERROR the run crashed: exit code -9 "killed"'),
-        (overdue, "overdue", "ERROR the run has not ended within 90m (it is Crashed)"),
+    # The server reads the run when the action fires but puts the triggering event's state in
+    # flow_run.state: a fanned-out week whose clock started at Pending is Running by then.
+    started = run.model_copy(
+        update={"state": State(type=StateType.PENDING, name="Pending"), "state_name": "Running"}
+    )
+    for automation, flow_run, alert, words in (
+        (crashed, run, "crashed", 'ERROR the run crashed: exit code -9 "killed"'),
+        (overdue, started, "overdue", "ERROR the run has not ended within 90m (it is Running)"),
+        (overdue, run, "overdue", "ERROR the run has not ended within 90m (it is Crashed)"),
     ):
-        context = {"flow_run": run, "automation": automation}
+        context = {"flow_run": flow_run, "automation": automation}
         rendered = json.loads(render_user_template_sync(automation.actions[0].payload, context))  # type: ignore[union-attr]
         assert set(rendered) == set(payload) and set(rendered["counts"]) == set(payload["counts"])
         assert rendered["alert"] == alert and rendered["week"] == "2026-W50"
