@@ -187,15 +187,18 @@ def tag_run(tags: Sequence[str]) -> None:
         get_run_logger().warning("could not tag the run %s: %s", sorted(tags), exc)
 
 
-def fail(headline: str, details: Sequence[str]) -> State:
+def fail(headline: str, details: Sequence[str | tuple[int, str]]) -> State:
     """Log the headline and each detail as the head of the run's log; the Failed state to return.
 
-    The state message is one line, so the run's "Finished in state Failed(...)" log line holds
-    no escaped newlines: the headline, then the first ``MESSAGE_DETAILS`` details, `` | ``
-    between them, and how many more the log holds.
+    A detail is logged at ERROR, or at the level given with it (a note beside the failure:
+    drift, a comparison the evalset cannot resolve). The state message is one line, so the
+    run's "Finished in state Failed(...)" log line holds no escaped newlines: the headline,
+    then the first ``MESSAGE_DETAILS`` details, `` | `` between them, and how many more the
+    log holds.
     """
-    log_verdict([(logging.ERROR, line) for line in [headline, *details]])
-    shown = list(details[:MESSAGE_DETAILS])
+    graded = [d if isinstance(d, tuple) else (logging.ERROR, d) for d in details]
+    log_verdict([(logging.ERROR, headline), *graded])
+    shown = [line for _, line in graded[:MESSAGE_DETAILS]]
     if len(details) > MESSAGE_DETAILS:
         shown.append(f"{len(details) - MESSAGE_DETAILS} more in the run's log and report")
     message = SEPARATOR.join([headline, *shown])

@@ -425,7 +425,19 @@ def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None)
         events.regression(comparison, week)
     if report.failed:
         hold_alert(week, report)
-        return fail(report.headline(), [*report.details(), f"report: {location}"])
+        notes = [c for c in report.inconclusive if c not in report.problems]
+        return fail(
+            report.headline(),
+            [
+                *(c.describe() for c in report.problems),
+                *(
+                    (logging.ERROR if d in report.drift_failures else logging.WARNING, d.describe())
+                    for d in report.drifted
+                ),
+                *((logging.INFO if c.unresolved else logging.WARNING, c.describe()) for c in notes),
+                (logging.INFO, f"report: {location}"),
+            ],
+        )
     # INCONCLUSIVE is reported like a WARN (the run completes) unless gate.strict is set,
     # which makes it a problem of the week like a FAIL; drift is a WARN unless drift.fail_run.
     details = [(logging.WARNING, d.describe()) for d in report.drifted]

@@ -421,6 +421,12 @@ class TestDrift:
         assert text[0] == "evalsentry: " + state.message.split(" | ")[0]
         assert alert.payload["gate"] == "FAIL" and alert.payload["counts"]["DRIFT"] == 4
         assert any(line.startswith("FAIL drift toy mean: PSI") for line in text)
+        drift_lines = [
+            level
+            for level, line in run_logs(state.state_details.flow_run_id)
+            if line.startswith("FAIL drift toy")
+        ]
+        assert drift_lines and set(drift_lines) == {logging.ERROR}  # what failed the run
 
     def test_a_misspelt_drift_entry_fails_the_run_before_evaluating(
         self, toy_project: Path
@@ -468,7 +474,8 @@ def test_a_verdict_is_one_state_line_and_one_log_record_per_detail() -> None:
 
     @flow
     def judged() -> object:
-        return fail("2026-W41: FAIL m@v2 accuracy -5.0 pts (p=0.002) and 4 more", list("abcde"))
+        notes = [(logging.WARNING, "d"), (logging.INFO, "e")]  # beside the failure, not it
+        return fail("2026-W41: FAIL m@v2 accuracy -5.0 pts (p=0.002) and 4 more", [*"abc", *notes])
 
     state = judged(return_state=True)
     assert state.is_failed()
@@ -478,14 +485,18 @@ def test_a_verdict_is_one_state_line_and_one_log_record_per_detail() -> None:
     )
     APILogWorker.drain_all(timeout=30)  # the run's logs reach the API in batches
 
-    async def messages() -> list[str]:
+    async def messages() -> list[tuple[str, int]]:
         async with get_client() as client:
             logs = await client.read_logs(
                 LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id]))
             )
-        return [log.message for log in logs]
+        return [(log.message, log.level) for log in logs]
 
-    assert {"a", "b", "c", "d", "e"} <= set(asyncio.run(messages()))
+    levels = dict(asyncio.run(messages()))
+    assert [levels[line] for line in "abcde"] == [logging.ERROR] * 3 + [
+        logging.WARNING,
+        logging.INFO,
+    ]
 
 
 def _assert_nothing_ran(project: Path) -> None:
