@@ -457,6 +457,8 @@ def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None)
         "drift": {d.label: str(d.verdict) for d in report.drift},
         "report": location,
     }
+    if any(d.verdict == Verdict.FAIL for d in report.drifted):  # not the model: the data moved
+        events.week_drifted(report)
     level = logging.INFO if report.verdict == Verdict.PASS else logging.WARNING
     return complete(
         report.headline(), level, [*details, (logging.INFO, f"report: {location}")], result

@@ -18,9 +18,11 @@ from prefect.events import emit_event
 
 from evalsentry.gate.drift import DriftResult
 from evalsentry.gate.week import Comparison, GateReport
-from evalsentry.reports.alerts import comparison_row, summary
+from evalsentry.reports.alerts import ALERT_DRIFT, comparison_row, summary
 
 WEEK_FAILED = "evalsentry.week.failed"
+#: A week that completed with FAIL-level live-data drift: its own alert, routable apart.
+WEEK_DRIFTED = "evalsentry.week.drifted"
 CANDIDATE_FAILED = "evalsentry.candidate.failed"
 REGRESSION = "evalsentry.regression.detected"
 EVALSET_INVALID = "evalsentry.evalset.invalid"
@@ -69,8 +71,31 @@ def week_failed(
 
     ``payload`` is :func:`evalsentry.reports.alerts.summary` or :func:`~evalsentry.reports.alerts.failure_summary`.
     """
+    week_event(WEEK_FAILED, week, payload, flow_run_id, flow_run_name, models)
+
+
+def week_drifted(report: GateReport) -> None:
+    """The drift alert of a week that completed with FAIL-level drift: one per run.
+
+    Its payload is the gate's summary with ``alert: drift``; a Failed run's own alert carries
+    its drift instead.
+    """
+    name, url = _run()
+    payload = {**summary(report, run_name=name, run_url=url), "alert": ALERT_DRIFT}
+    week_event(WEEK_DRIFTED, report.week, payload, runtime.flow_run.id, name, ())
+
+
+def week_event(
+    event: str,
+    week: str,
+    payload: dict[str, Any],
+    flow_run_id: object,
+    flow_run_name: str | None,
+    models: Sequence[str],
+) -> None:
+    """An alert event about ``week``, related to its flow run and models."""
     emit_event(
-        WEEK_FAILED,
+        event,
         resource={"prefect.resource.id": f"evalsentry.week.{week}", "prefect.resource.name": week},
         related=[
             {

@@ -75,11 +75,13 @@ def test_the_alert_automations_are_valid_for_the_prefect_api() -> None:
     from evalsentry.flows.alerts import AUTOMATION_FILE, load_automations
     from evalsentry.gate.week import Comparison, GateReport, Verdict
     from evalsentry.reports.alerts import summary
-    from evalsentry.tasks.events import WEEK_FAILED
+    from evalsentry.tasks.events import WEEK_DRIFTED, WEEK_FAILED
 
     block = uuid.uuid4()
-    failed, crashed, overdue = load_automations(AUTOMATION_FILE, block, timedelta(minutes=90))
+    automations = load_automations(AUTOMATION_FILE, block, timedelta(minutes=90))
+    failed, drifted, crashed, overdue = automations
     assert failed.trigger.expect == {WEEK_FAILED}  # type: ignore[union-attr]
+    assert drifted.trigger.expect == {WEEK_DRIFTED}  # type: ignore[union-attr]
     assert crashed.trigger.expect == {"prefect.flow-run.Crashed"}  # type: ignore[union-attr]
     assert overdue.trigger.posture == "Proactive"  # type: ignore[union-attr]
     assert overdue.trigger.within == timedelta(minutes=90)  # type: ignore[union-attr]
@@ -93,12 +95,14 @@ def test_the_alert_automations_are_valid_for_the_prefect_api() -> None:
             "prefect.resource.role": "flow",
             "prefect.resource.name": ["weekly-eval", "import-results"],
         }
-    actions = [a for automation in (failed, crashed, overdue) for a in automation.actions]
+    actions = [a for automation in automations for a in automation.actions]
     assert {a.block_document_id for a in actions} == {block}  # type: ignore[union-attr]
     fail = Comparison("e", "2026-W41", "m", 2, "s", "previous-week", "accuracy", Verdict.FAIL, "")
     payload = summary(GateReport("2026-W41", [fail]), run_name="weekly-eval-2026-W41")
-    body = render_user_template_sync(failed.actions[0].payload, {"event": {"payload": payload}})  # type: ignore[union-attr]
-    assert json.loads(body) == payload
+    for automation in (failed, drifted):  # each posts its event's summary as it is
+        action = automation.actions[0]
+        body = render_user_template_sync(action.payload, {"event": {"payload": payload}})  # type: ignore[union-attr]
+        assert json.loads(body) == payload
 
     JinjaTemplateAction._register_filters_if_needed()  # ui_url, as the server registers it
     run = FlowRunResponse(

@@ -22,8 +22,9 @@ from evalsentry.flows.evaluate_candidate import evaluate_candidate
 from evalsentry.flows.weekly_eval import weekly_eval
 from evalsentry.history.store import History
 from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device
+from evalsentry.tasks.events import WEEK_DRIFTED
 from evalsentry.weeks import iso_week
-from tests.flows.api import alerts_of, run_logs, run_name, run_tags, task_runs
+from tests.flows.api import alerts_of, run_logs, run_name, run_tags, task_runs, wait_for_events
 from tests.flows.test_s3_store import s3_endpoint, s3_project  # noqa: F401 - fixtures, moto on loopback
 from tests.models import TRUST, SlowNet
 from tests.unit.evalsets.test_evalsets import edit
@@ -396,7 +397,17 @@ class TestDrift:
             "FAIL drift toy min",
             "FAIL drift toy predicted_class of toy-model",
         ]
-        assert alerts_of(state, "2026-W40", expect=False) == []  # a WARN week alerts no one
+        assert alerts_of(state, "2026-W40", expect=False) == []  # no failed-week alert, but
+        (drifted,) = wait_for_events(  # one drift alert of its own, routable apart
+            WEEK_DRIFTED, "evalsentry.week.2026-W40", flow_run_id=state.state_details.flow_run_id
+        )
+        payload = drifted.payload
+        assert payload["alert"] == "drift" and payload["gate"] == "WARN"
+        assert payload["headline"] == state.message.split(" | ")[0]
+        assert payload["counts"]["DRIFT"] == 4 and payload["worst"] == []
+        first = payload["drift"][0]
+        assert (first["feature"], first["verdict"]) == ("mean", "FAIL")
+        assert all(row["psi"] > 0.25 and row["p"] is not None for row in payload["drift"][:3])
         drift = history(toy_project).drift()
         assert set(drift["kind"]) == {"input", "prediction"}
         assert (drift["verdict"] == "FAIL").any()
@@ -417,6 +428,8 @@ class TestDrift:
         assert state.is_failed()
         assert state.message.startswith("2026-W40: FAIL drift in 4 feature(s): toy mean PSI")
         (alert,) = alerts_of(state, "2026-W40")  # its one alert says why, drift first
+        run = state.state_details.flow_run_id
+        assert wait_for_events(WEEK_DRIFTED, "evalsentry.week.2026-W40", 0, run) == []
         text = alert.payload["text"].splitlines()
         assert text[0] == "evalsentry: " + state.message.split(" | ")[0]
         assert alert.payload["gate"] == "FAIL" and alert.payload["counts"]["DRIFT"] == 4

@@ -28,7 +28,12 @@ ARRIVAL_TIMEOUT_S = 60  # the automation fires within a second here; the worker 
 QUIET_S = 8  # after the last POST, how long no other may arrive
 #: A work queue of the gpu pool that no worker polls: its runs are never picked up.
 PAUSED = "paused"
-AUTOMATIONS = {"evalsentry-regression-alert", "evalsentry-week-crashed", "evalsentry-week-overdue"}
+AUTOMATIONS = {
+    "evalsentry-regression-alert",
+    "evalsentry-drift-alert",
+    "evalsentry-week-crashed",
+    "evalsentry-week-overdue",
+}
 OVERDUE_TIMEOUT_S = 60  # Late after <= 20 s (the server's late-runs service), 10 s grace, then
 # the proactive trigger's next evaluation (every 5 s)
 

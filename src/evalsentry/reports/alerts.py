@@ -107,6 +107,8 @@ def _line(row: dict[str, Any], comparison: Comparison) -> str:
 #: What an alert is about: a run that ended Failed (the flow's own event), one that crashed,
 #: or one that did not end within the grace period (Prefect automations; flows/alerts.py).
 ALERT_FAILED = "failed"
+#: The ``alert`` of a week that completed with FAIL-level live-data drift (same payload shape).
+ALERT_DRIFT = "drift"
 
 
 def summary(
