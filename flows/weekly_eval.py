@@ -394,6 +394,19 @@ def _unrecorded(report: GateReport, ran: Ran) -> list[Comparison]:
     ]
 
 
+def _failure_details(report: GateReport) -> list[tuple[int, str]]:
+    """A failed week's lines: what failed it at ERROR; drift and notes beside it, lower."""
+    notes = [c for c in report.inconclusive if c not in report.problems]
+    return [
+        *((logging.ERROR, c.describe()) for c in report.problems),
+        *(
+            (logging.ERROR if d in report.drift_failures else logging.WARNING, d.describe())
+            for d in report.drifted
+        ),
+        *((logging.INFO if c.unresolved else logging.WARNING, c.describe()) for c in notes),
+    ]
+
+
 def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None) -> State:
     """Record the week's verdicts, publish its report and artifacts; the run's end, its verdict.
 
@@ -425,18 +438,8 @@ def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None)
         events.regression(comparison, week)
     if report.failed:
         hold_alert(week, report)
-        notes = [c for c in report.inconclusive if c not in report.problems]
         return fail(
-            report.headline(),
-            [
-                *(c.describe() for c in report.problems),
-                *(
-                    (logging.ERROR if d in report.drift_failures else logging.WARNING, d.describe())
-                    for d in report.drifted
-                ),
-                *((logging.INFO if c.unresolved else logging.WARNING, c.describe()) for c in notes),
-                (logging.INFO, f"report: {location}"),
-            ],
+            report.headline(), [*_failure_details(report), (logging.INFO, f"report: {location}")]
         )
     # INCONCLUSIVE is reported like a WARN (the run completes) unless gate.strict is set,
     # which makes it a problem of the week like a FAIL; drift is a WARN unless drift.fail_run.
