@@ -32,11 +32,20 @@ if TYPE_CHECKING:
 BRIEF_REASON_CHARS = 80  # an ERROR's reason in a headline: enough for the cause
 #: An absolute path (or URL) in a reason: its last component is what a headline keeps.
 _PATH = re.compile(r"(?:[a-z][a-z0-9+.-]*://)?/(?:[^\s/]+/)+([^\s/:]+)")
+#: A path followed by what is wrong with it (``/x/data/a.parquet: changed since freeze``), to
+#: the end of the clause.
+_PATH_THEN_CAUSE = re.compile(rf"(?P<path>{_PATH.pattern}): (?P<cause>[^;|]+)")
 
 
 def brief_reason(reason: str) -> str:
-    """An ERROR's reason for a headline: paths cut to file names, at most BRIEF_REASON_CHARS."""
-    short = _PATH.sub(r"\1", reason)
+    """An ERROR's reason for a headline, at most BRIEF_REASON_CHARS.
+
+    The cause comes before the file it names and each path is cut to its file's name:
+    ``the evalset is invalid: /x/data/a.parquet: changed since freeze`` reads
+    ``the evalset is invalid: changed since freeze (a.parquet)``.
+    """
+    moved = _PATH_THEN_CAUSE.sub(lambda m: f"{m['cause'].rstrip()} ({m[2]})", reason)
+    short = _PATH.sub(r"\1", moved)
     return (
         short
         if len(short) <= BRIEF_REASON_CHARS

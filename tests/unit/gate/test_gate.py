@@ -10,6 +10,7 @@ import pytest
 
 from evalsentry.config import GatePolicy, Tolerance
 from evalsentry.gate.drift import DriftResult
+from evalsentry.gate.verdicts import brief_reason
 from evalsentry.gate.week import Comparison, GateReport, Verdict, gate_candidate, gate_week
 from evalsentry.history.store import History
 from tests.synthetic import accuracy_mask, record_week
@@ -491,9 +492,15 @@ class TestHeadline:
         report = GateReport(
             "2026-W41", [judged(Verdict.ERROR, "*", reference="none", reason=reason)]
         )
-        assert "(not evaluated: the evalset is invalid: inputs.parquet: evalset file changed" in (
-            report.headline()
+        assert report.headline().endswith(
+            "(not evaluated: the evalset is invalid: evalset file changed since freeze (sha25…)"
         )
+        checkpoint = "checkpoint file not found: /srv/ci/team/checkpoints/digits-3.pt"
+        assert brief_reason(checkpoint) == "checkpoint file not found: digits-3.pt"
+        tampered = (
+            "the evalset is invalid: /srv/x/evalsets/digits/data/a.parquet: changed since freeze"
+        )
+        assert brief_reason(tampered) == "the evalset is invalid: changed since freeze (a.parquet)"
         assert folder in report.message()
 
     def test_without_problems_it_gives_the_verdict_and_warnings(self) -> None:
