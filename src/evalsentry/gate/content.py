@@ -8,6 +8,7 @@ these say what changed, so the ERROR names it: ``not comparable: the prompt chan
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +20,9 @@ CONTENT_COLUMNS = (("prompt_hash", "prompt"), ("target_hash", "target"))
 #: Columns holding one value for the whole run: the harness (checked first), the task's hash
 #: (checked last: a new prompt template changes it too, and the prompt is the finer answer).
 HARNESS_COLUMN, TASK_COLUMN = ("harness", "harness"), ("task_hash", "task")
+#: The run's scoring settings as JSON (one value): a change is named by its setting.
+SCORING = "scoring"
+SHOWN_CHARS = 60  # of a changed setting's value, in the message
 
 
 def content_change(
@@ -42,7 +46,35 @@ def content_change(
                     f"not comparable: the {word} changed ({int(differ.sum())} of {common.size} "
                     f"examples' {column} differ)"
                 )
-    return _run_change(reference, current, *TASK_COLUMN)
+    return _scoring_change(reference, current) or _run_change(reference, current, *TASK_COLUMN)
+
+
+def _scoring_change(
+    reference: Mapping[str, NDArray[Any]], current: Mapping[str, NDArray[Any]]
+) -> str | None:
+    """The first setting of the runs' ``scoring`` that differs, named; None when none does.
+
+    ``not comparable: the filter changed: flexible-extract -> strict-match``. A reference
+    recorded before ``scoring`` existed cannot be shown to match: it is refused, saying so.
+    """
+    if SCORING not in current:
+        return None
+    if SCORING not in reference:
+        return (
+            "not comparable: the reference was imported by an earlier evalsentry, which did not "
+            "record how its run scored; import its run again (evalsentry import ... --week W)"
+        )
+    before, after = json.loads(_single(reference[SCORING])), json.loads(_single(current[SCORING]))
+    for key in sorted(set(before) | set(after)):
+        if before.get(key) != after.get(key):
+            word = key.replace("_", " ")
+            return f"not comparable: the {word} changed: {_short(before.get(key))} -> {_short(after.get(key))}"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
 
 
 def _run_change(

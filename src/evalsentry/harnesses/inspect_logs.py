@@ -49,7 +49,7 @@ def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
         harness=HARNESS,
         harness_version=str(evaluation.packages.get("inspect_ai", "")),
         task=str(evaluation.task).split("/")[-1],
-        task_hash=content_hash([evaluation.task, evaluation.task_version, evaluation.task_args, evaluation.solver]),
+        scoring=_scoring(header),
         task_version=task_version if isinstance(task_version, int) else None,
         source=path,
         example_ids=ids,
@@ -76,6 +76,32 @@ def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
         output_tokens=sum(u.output_tokens for u in usage.values()) if usage else None,
         money=_money(usage),
     )  # fmt: skip
+
+
+def _scoring(header: Any) -> dict[str, Any]:
+    """What gives the run's scores their meaning besides each sample's input and target.
+
+    The task (version, arguments, solver), the plan (each solver step with its parameters:
+    a system message added to the task's own chain is one), the generate config
+    (temperature, max tokens, ...), epochs and their reducer, the scorers and their reducers,
+    and the sandbox.
+    """
+    evaluation = header.eval
+    plan = header.plan
+    scores = header.results.scores if header.results else []
+    return {
+        "task": evaluation.task,
+        "task_version": evaluation.task_version,
+        "task_args": _plain(evaluation.task_args),
+        "solver": evaluation.solver,
+        "solver_args": _plain(evaluation.solver_args),
+        "plan": [[step.solver, _plain(step.params)] for step in plan.steps] if plan else [],
+        "generate_config": _plain(plan.config) if plan else {},
+        "epochs": evaluation.config.epochs,
+        "epochs_reducer": evaluation.config.epochs_reducer,
+        "scorers": [[score.name, score.scorer, score.reducer] for score in scores],
+        "sandbox": _plain(evaluation.sandbox),
+    }
 
 
 def _header(path: str) -> Any:

@@ -71,7 +71,7 @@ def read_lm_eval(
         harness=HARNESS,
         harness_version=version,
         task=task,
-        task_hash=str((results.get("task_hashes") or {}).get(task) or ""),
+        scoring=_scoring(results, config, task, rows[0][1].get("filter")),
         task_version=_int(results.get("versions", {}).get(task)),
         source=str(samples_path),
         example_ids=[_field(samples_path, i, r, "doc_hash") for i, r in rows],
@@ -103,6 +103,39 @@ def _version(path: Path, results: Mapping[str, Any]) -> str:
             "run the evaluation with lm-eval 0.4",
         )
     return version
+
+
+def _scoring(
+    results: Mapping[str, Any], config: Mapping[str, Any], task: str, filter_name: Any
+) -> dict[str, Any]:
+    """What gives the task's scores their meaning, besides each document's prompt and target.
+
+    Not lm-eval's ``task_hashes``: it hashes the documents in order, so a reordered data file
+    or a run gathered from several GPUs would read as another task.
+    """
+    task_config = (results.get("configs") or {}).get(task) or {}
+    shots = (results.get("n-shot") or {}).get(task)
+    fewshot = task_config.get("fewshot_config") or {}
+    return {
+        "filter": filter_name,
+        "metrics": [
+            [m.get("metric"), m.get("aggregation")]
+            for m in task_config.get("metric_list") or []
+            if isinstance(m, Mapping)
+        ],
+        "num_fewshot": shots,
+        "fewshot_seed": config.get("fewshot_seed") if shots else None,
+        "fewshot_sampler": fewshot.get("sampler") if shots else None,
+        "system_instruction": results.get("system_instruction_sha"),
+        "chat_template": results.get("chat_template_sha"),
+        "fewshot_as_multiturn": results.get("fewshot_as_multiturn"),
+        "generation_kwargs": {
+            **(task_config.get("generation_kwargs") or {}),
+            **(config.get("gen_kwargs") or {}),
+        },
+        "output_type": task_config.get("output_type"),
+        "repeats": task_config.get("repeats"),
+    }
 
 
 def _lineage(

@@ -59,7 +59,10 @@ class HarnessRun:
     harness: str  # "lm-eval" or "inspect"
     harness_version: str
     task: str
-    task_hash: str
+    #: What gives a score its meaning besides the examples (lm-eval's filter, metrics, shots,
+    #: templates, generation kwargs; Inspect's plan, generate config, epochs, scorers): a
+    #: difference makes two runs incomparable. Order-free: no harness's ordered task hash.
+    scoring: Mapping[str, Any]
     task_version: int | None
     source: str
     example_ids: Sequence[str]
@@ -80,6 +83,11 @@ class HarnessRun:
     output_tokens: int | None = None
     money: float | None = None  # in HARNESS_CURRENCY, when the harness recorded it
     notes: list[str] = field(default_factory=list)
+
+
+def task_hash(run: HarnessRun) -> str:
+    """The hash of the run's ``scoring``: one value standing for all of it in the identity."""
+    return content_hash(dict(run.scoring))
 
 
 def content_hash(value: Any) -> str:
@@ -111,7 +119,9 @@ def per_example(run: HarnessRun) -> dict[str, np.ndarray]:
     columns["prediction"] = (first >= RIGHT_AT).astype(np.int64)
     columns["target"] = np.ones(order.size, np.int64)
     columns["repeats"] = counts.astype(np.int64)
-    columns["task_hash"] = np.full(order.size, run.task_hash, dtype=object)
+    columns["task_hash"] = np.full(order.size, task_hash(run), dtype=object)
+    scoring = json.dumps(dict(run.scoring), sort_keys=True, default=str)
+    columns["scoring"] = np.full(order.size, scoring, dtype=object)
     columns["harness"] = np.full(order.size, run.harness, dtype=object)
     return columns
 
@@ -140,7 +150,7 @@ def evalset_sha256(run: HarnessRun, columns: Mapping[str, np.ndarray]) -> str:
     the gate refuses to pair (naming what changed, :mod:`evalsentry.gate.content`).
     """
     digest = hashlib.sha256()
-    digest.update(json.dumps([run.harness, run.task, run.task_hash]).encode())
+    digest.update(json.dumps([run.harness, run.task, task_hash(run)]).encode())
     for row in zip(
         columns["example_id"], columns["prompt_hash"], columns["target_hash"], strict=True
     ):
@@ -255,9 +265,10 @@ def run_identity(run: HarnessRun) -> str:
     cluster field) change for the same run. Recorded as ``import_id`` in ``config_json``.
     """
     lineage = {k: v for k, v in run.lineage.items() if k != "filter"}
+    scoring = {k: v for k, v in run.scoring.items() if k != "filter"}
     return content_hash(
         [
-            run.harness, run.harness_version, run.task, run.task_hash, run.model,
+            run.harness, run.harness_version, run.task, scoring, run.model,
             dict(run.model_identity), lineage, run.started_at, run.finished_at,
             list(run.example_ids), list(run.prompt_hashes), list(run.target_hashes),
         ]
@@ -270,7 +281,8 @@ def _lineage(run: HarnessRun) -> dict[str, Any]:
         "harness": run.harness,
         "harness_version": run.harness_version,
         "task": run.task,
-        "task_hash": run.task_hash,
+        "task_hash": task_hash(run),
+        "scoring": dict(run.scoring),
         "task_version": run.task_version,
         "model": run.model,
         **run.model_identity,

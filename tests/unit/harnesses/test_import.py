@@ -209,6 +209,81 @@ def add_a_filter(samples: Path) -> str:
     return "filter"
 
 
+class TestComparable:
+    """Two runs pair exactly when the model saw the same thing, scored the same way."""
+
+    def test_another_filter_is_refused_naming_it(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The same run imported under one filter, then another: not a regression, an ERROR
+        naming the filter; the run itself is the same (the pick-up would skip it)."""
+        folder, _, samples = lm_copy(harness_logs, tmp_path)
+        add_a_filter(samples)
+        assert import_lm(capsys, project, str(folder), "2026-W40", "--filter", "none")[0] == 0
+        code, _, err = import_lm(capsys, project, str(folder), "2026-W41", "--filter", "take_first")
+        assert code == 0, err
+        code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
+        assert code == 2 and "FAIL" not in out
+        assert "not comparable: the filter changed: none -> take_first" in out
+        rows = history(project).evaluations()
+        ids = {json.loads(c)["import_id"] for c in rows["config_json"]}
+        assert len(ids) == 1  # one run, two filters
+
+    def test_samples_in_another_order_pair(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A reordered data file (or a run gathered from several GPUs): every document is the
+        same, lm-eval's ordered task hash is not; the weeks pair and pass."""
+        assert import_lm(capsys, project, lm_folder(harness_logs, "good"), "2026-W40")[0] == 0
+        folder, results, samples = lm_copy(harness_logs, tmp_path)
+        lines = samples.read_text().splitlines()
+        shuffled = [
+            json.dumps({**json.loads(line), "doc_id": position})
+            for position, line in enumerate(reversed(lines))
+        ]
+        samples.write_text("\n".join(shuffled) + "\n")
+        document = json.loads(results.read_text())
+        document["task_hashes"] = dict.fromkeys(document["task_hashes"], "0" * 64)
+        results.write_text(json.dumps(document))
+        assert import_lm(capsys, project, str(folder), "2026-W41")[0] == 0
+        code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
+        assert code == 0 and "PASS" in out and "not comparable" not in out
+
+    def test_fewer_inspect_epochs_are_refused_naming_them(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The same Inspect task run with one epoch instead of two: an ERROR naming epochs."""
+        from inspect_ai.log import read_eval_log, write_eval_log
+
+        assert (
+            import_inspect(capsys, project, inspect_log(harness_logs, "good"), "2026-W40")[0] == 0
+        )
+        log = read_eval_log(inspect_log(harness_logs, "same"))
+        log.eval.config.epochs = 1
+        assert log.samples is not None
+        log.samples = [sample for sample in log.samples if sample.epoch == 1]
+        once = tmp_path / "once.eval"
+        write_eval_log(log, str(once))
+        assert import_inspect(capsys, project, str(once), "2026-W41")[0] == 0
+        code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
+        assert code == 2 and "not comparable: the epochs changed: 2 -> 1" in out
+
+
+def test_a_reference_imported_before_scoring_was_recorded_is_refused_saying_so() -> None:
+    """A reference row of an earlier evalsentry holds no scoring: refused, with the fix."""
+    import numpy as np
+
+    from evalsentry.gate.content import content_change
+
+    ids = np.array(["a", "b"], dtype=object)
+    same = {"example_id": ids, "prompt_hash": np.array(["p", "q"], dtype=object)}
+    scoring = np.array(['{"filter": "none"}'] * 2, dtype=object)
+    reason = content_change(same, {**same, "scoring": scoring})
+    assert reason is not None and "imported by an earlier evalsentry" in reason
+    assert "import its run again" in reason
+    assert content_change({**same, "scoring": scoring}, {**same, "scoring": scoring}) is None
+
+
 class TestBadInput:
     @pytest.mark.parametrize(
         ("damage", "words"),
