@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,7 +75,7 @@ def read_lm_eval(
         scoring=_scoring(results, config, task, rows[0][1].get("filter")),
         task_version=_int(results.get("versions", {}).get(task)),
         source=str(samples_path),
-        example_ids=[_field(samples_path, i, r, "doc_hash") for i, r in rows],
+        example_ids=_example_ids(samples_path, rows),
         prompt_hashes=[_field(samples_path, i, r, "prompt_hash") for i, r in rows],
         target_hashes=[_field(samples_path, i, r, "target_hash") for i, r in rows],
         scores={key: [float(r[key]) for _, r in rows] for key in keys},
@@ -244,6 +245,49 @@ def _filtered(
     return [(i, r) for i, r in rows if str(r.get("filter")) == chosen]
 
 
+def _example_ids(path: Path, rows: Sequence[tuple[int, dict[str, Any]]]) -> list[str]:
+    """Each sample's example id: its ``doc_hash``, or ``<doc_hash>#<k>`` for a repeated document.
+
+    A document the task holds several times (MMLU has such) is numbered by content (prompt,
+    target), then doc id. A duplicate document is an example as lm-eval counts it (200 is 200), paired with the
+    occurrence that was shown the same prompt. A ``doc_id`` logged twice is refused.
+
+    Raises:
+        HarnessLogInvalid: a sample without a ``doc_hash``, or a ``doc_id`` on two lines.
+    """
+    first_line: dict[Any, int] = {}
+    for number, row in rows:
+        doc_id = row.get("doc_id") if isinstance(row.get("doc_id"), int | str) else None
+        if doc_id is not None and doc_id in first_line:
+            raise HarnessLogInvalid(
+                path, f"line {number}: doc_id",
+                f"document {doc_id} is also on line {first_line[doc_id]}: one sample logged twice",
+                _FIX_RERUN,
+            )  # fmt: skip
+        first_line.setdefault(doc_id, number)
+    hashes = [_field(path, number, row, "doc_hash") for number, row in rows]
+    counts = Counter(hashes)
+    ids = list(hashes)
+    seen: Counter[str] = Counter()
+
+    def content(j: int) -> tuple[str, str, str, float]:
+        row = rows[j][1]
+        doc_id = _float(row.get("doc_id"))
+        return hashes[j], str(row.get("prompt_hash")), str(row.get("target_hash")), doc_id or 0.0
+
+    for j in sorted(range(len(rows)), key=content):
+        if counts[hashes[j]] > 1:
+            seen[hashes[j]] += 1
+            ids[j] = f"{hashes[j]}#{seen[hashes[j]]}"
+    return ids
+
+
+#: Metrics whose per-sample value lies in [0, 1]: anything else is a damaged or forged log.
+UNIT_METRICS = frozenset(
+    ("acc", "acc_norm", "acc_mutual_info", "exact_match", "em", "f1", "mc1", "mc2", "pass@1")
+)
+
+
 def _score_keys(
     path: Path, rows: Sequence[tuple[int, dict[str, Any]]], higher: Mapping[str, Any]
 ) -> list[str]:
@@ -258,6 +302,14 @@ def _score_keys(
         if higher.get(key) is False:
             log.warning("%s: %s is lower-is-better: not imported", path, key)
             continue
+        if key in UNIT_METRICS:
+            outside = [(n, r[key]) for n, r in rows if not 0 <= r[key] <= 1]
+            if outside:
+                line, value = outside[0]
+                raise HarnessLogInvalid(
+                    path, f"line {line}: {key}", f"{value!r} is outside [0, 1], where {key} lies",
+                    _FIX_RERUN,
+                )  # fmt: skip
         keys.append(str(key))
     if not keys:
         raise HarnessLogInvalid(

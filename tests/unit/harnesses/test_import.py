@@ -212,6 +212,29 @@ def add_a_filter(samples: Path) -> str:
 class TestComparable:
     """Two runs pair exactly when the model saw the same thing, scored the same way."""
 
+    def test_a_document_the_task_holds_twice_counts_twice(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A duplicate document (another doc id, the same content), as MMLU has: 41 examples
+        as lm-eval counts them, its mean lm-eval's; the next week pairs occurrence by occurrence."""
+        folder, _, samples = lm_copy(harness_logs, tmp_path)
+        lines = samples.read_text().splitlines()
+        copy = {**json.loads(lines[0]), "doc_id": len(lines)}
+        samples.write_text("\n".join([*lines, json.dumps(copy)]) + "\n")
+        scores = [float(json.loads(line)["acc"]) for line in [*lines, json.dumps(copy)]]
+        code, out, err = import_lm(capsys, project, str(folder), "2026-W40")
+        assert code == 0, err
+        assert f"41 examples, score:acc {sum(scores) / len(scores):.4f}" in out
+        predictions = history(project).predictions(
+            history(project).evaluations().iloc[0]["evaluation_id"]
+        )
+        assert predictions is not None
+        duplicated = [i for i in predictions["example_id"].tolist() if "#" in i]
+        assert sorted(i.rsplit("#", 1)[1] for i in duplicated) == ["1", "2"]
+        assert import_lm(capsys, project, str(folder), "2026-W41")[0] == 0
+        code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
+        assert code == 0 and "PASS" in out
+
     def test_another_filter_is_refused_naming_it(
         self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
@@ -309,6 +332,37 @@ class TestBadInput:
         assert code == 2
         assert err.count("\n") == 1 and f"{samples}: {field}: " in err and words in err
         assert "nothing was recorded" in err
+        assert history(project).evaluations().empty
+
+    def test_a_sample_logged_twice_is_refused_not_averaged(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Every line doubled with another score: refused naming the doc id, nothing recorded."""
+        folder, _, samples = lm_copy(harness_logs, tmp_path)
+        lines = samples.read_text().splitlines()
+        doubled = [json.dumps({**json.loads(line), "acc": 0.0}) for line in lines]
+        samples.write_text("\n".join(lines + doubled) + "\n")
+        code, _, err = import_lm(capsys, project, str(folder), "2026-W40")
+        assert code == 2 and err.count("\n") == 1
+        assert f"{samples}: line {len(lines) + 1}: doc_id: document 0 is also on line 1" in err
+        assert history(project).evaluations().empty
+
+    @pytest.mark.parametrize("value", [1e300, -0.5, 2])
+    def test_a_score_outside_its_range_is_refused(
+        self,
+        harness_logs: Path,
+        project: Path,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+        value: float,
+    ) -> None:
+        """acc lies in [0, 1]: a forged 1e300 would pass any week; refused naming line and field."""
+        folder, _, samples = lm_copy(harness_logs, tmp_path)
+        lines = samples.read_text().splitlines()
+        lines[3] = json.dumps({**json.loads(lines[3]), "acc": value})
+        samples.write_text("\n".join(lines) + "\n")
+        code, _, err = import_lm(capsys, project, str(folder), "2026-W40")
+        assert code == 2 and f"line 4: acc: {value!r} is outside [0, 1], where acc lies" in err
         assert history(project).evaluations().empty
 
     def test_two_filters_import_once_one_is_chosen(
