@@ -42,7 +42,7 @@ def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
         )
     evaluation = header.eval
     revision = evaluation.revision
-    usage = header.stats.model_usage if header.stats else {}
+    usage = _usage(path, header.stats.model_usage if header.stats else {})
     started, finished = _when(header.stats.started_at), _when(header.stats.completed_at)
     task_version = evaluation.task_version
     return HarnessRun(
@@ -189,6 +189,22 @@ def _values(path: str, where: str, scores: Mapping[str, Any] | None) -> dict[str
                 raise HarnessLogInvalid(path, f"{where}.scores.{name}", f"value {item!r} is not a finite number", _FIX)  # fmt: skip
             out[name if key is None else f"{name}.{key}"] = number
     return out
+
+
+def _usage(path: str, usage: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The run's model usage, once no count or cost in it is negative or not finite.
+
+    Raises:
+        HarnessLogInvalid: naming the model and field (a bill must never go down).
+    """
+    for model, used in usage.items():
+        for name in ("input_tokens", "output_tokens", "total_cost"):
+            value = getattr(used, name, None)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise HarnessLogInvalid(
+                    path, f"stats.model_usage.{model}.{name}", f"{value!r} is not a count or cost", _FIX
+                )  # fmt: skip
+    return usage
 
 
 def _money(usage: Mapping[str, Any]) -> float | None:

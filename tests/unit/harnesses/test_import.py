@@ -178,6 +178,32 @@ class TestInspect:
         assert lineage["harness"] == "inspect" and lineage["packages"]["inspect_ai"] == "0.3.285"
         assert lineage["model"] == "mockllm/model" and lineage["epochs"] == 2
 
+    @pytest.mark.parametrize(
+        ("field", "value"), [("output_tokens", -5), ("total_cost", -999999.98)]
+    )
+    def test_a_negative_count_or_cost_is_refused(
+        self,
+        harness_logs: Path,
+        project: Path,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+        field: str,
+        value: float,
+    ) -> None:
+        """A bill that goes down is a forged log: refused naming model and field, nothing kept."""
+        from inspect_ai.log import read_eval_log, write_eval_log
+
+        log = read_eval_log(inspect_log(harness_logs, "good"))
+        assert log.stats is not None
+        (model, usage) = next(iter(log.stats.model_usage.items()))
+        setattr(usage, field, value)
+        forged = tmp_path / "forged.eval"
+        write_eval_log(log, str(forged))
+        code, _, err = import_inspect(capsys, project, str(forged), "2026-W40")
+        assert code == 2 and err.count("\n") == 1
+        assert f"stats.model_usage.{model}.{field}: {value!r} is not a count or cost" in err
+        assert history(project).evaluations().empty
+
 
 def lm_copy(logs: Path, tmp_path: Path) -> tuple[Path, Path, Path]:
     """A copy of the good lm-eval run: its folder, results file and samples file."""
