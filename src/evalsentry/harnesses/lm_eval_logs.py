@@ -30,6 +30,8 @@ SUPPORTED = re.compile(r"^0\.4\.\d+")
 _FIX_RERUN = "re-run `lm_eval ... --log_samples --output_path DIR` and import that folder"
 _HEX = re.compile(r"^[0-9a-f]{7,64}$")
 _MODEL_KEYS = ("model_name", "model_source", "model_revision", "model_sha", "model_dtype")
+#: Fields of a results file that lm-eval writes as JSON objects (a damaged file may not).
+_OBJECTS = ("configs", "config", "higher_is_better", "n-shot", "versions", "task_hashes")
 
 
 def read_lm_eval(
@@ -53,7 +55,26 @@ def read_lm_eval(
             the fix); nothing is recorded.
     """
     results_path = _results_file(Path(folder))
+    try:
+        return _read(results_path, task, filter_name, cluster)
+    except HarnessLogInvalid:
+        raise
+    except (ValueError, TypeError, AttributeError, KeyError, OverflowError, RecursionError) as exc:
+        # A shape no check above foresaw: still one line naming the run, never a traceback.
+        raise HarnessLogInvalid(
+            results_path, "", f"unreadable ({type(exc).__name__}: {str(exc)[:200]})", _FIX_RERUN
+        ) from None
+
+
+def _read(
+    results_path: Path, task: str | None, filter_name: str | None, cluster: str | None
+) -> HarnessRun:
+    """:func:`read_lm_eval` of one results file (see there)."""
     results = _json(results_path)
+    for key in _OBJECTS:
+        if results.get(key) is not None and not isinstance(results[key], dict):
+            kind = type(results[key]).__name__
+            raise HarnessLogInvalid(results_path, key, f"a {kind} where lm-eval writes an object", _FIX_RERUN)  # fmt: skip
     version = _version(results_path, results)
     task = _task(results_path, results, task)
     samples_path = _samples_file(results_path, task)
@@ -64,10 +85,9 @@ def read_lm_eval(
     config = results.get("config") or {}
     model_identity = {k: results[k] for k in _MODEL_KEYS if results.get(k) not in (None, "")}
     model_identity["model_args"] = config.get("model_args")
-    git = str(results.get("git_hash") or "")
+    git = str(results.get("git_hash") or "").strip()
     seconds = _float(results.get("total_evaluation_time_seconds"))
-    date = _float(results.get("date"))
-    finished = datetime.fromtimestamp(date, UTC) if date is not None else None
+    finished = _when(results_path, _float(results.get("date")))
     return HarnessRun(
         harness=HARNESS,
         harness_version=version,
@@ -84,7 +104,7 @@ def read_lm_eval(
         lineage=_lineage(results, config, task, rows[0][1]),
         clusters=[_cluster(samples_path, i, r, cluster) for i, r in rows] if cluster else None,
         cluster_key=cluster or None,
-        git_sha=git if _HEX.match(git) else None,
+        git_sha=git if _HEX.fullmatch(git) else None,
         seed=_int(config.get("random_seed")),
         started_at=None,
         finished_at=finished,
@@ -130,10 +150,7 @@ def _scoring(
         "system_instruction": results.get("system_instruction_sha"),
         "chat_template": results.get("chat_template_sha"),
         "fewshot_as_multiturn": results.get("fewshot_as_multiturn"),
-        "generation_kwargs": {
-            **(task_config.get("generation_kwargs") or {}),
-            **(config.get("gen_kwargs") or {}),
-        },
+        "generation_kwargs": [task_config.get("generation_kwargs"), config.get("gen_kwargs")],
         "output_type": task_config.get("output_type"),
         "repeats": task_config.get("repeats"),
     }
@@ -175,8 +192,8 @@ def _results_file(folder: Path) -> Path:
 def _json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HarnessLogInvalid(path, "", f"unreadable ({exc})", _FIX_RERUN) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise HarnessLogInvalid(path, "", f"unreadable ({_why(exc)})", _FIX_RERUN) from None
     if not isinstance(data, dict):
         raise HarnessLogInvalid(path, "", "not a JSON object", _FIX_RERUN)
     return data
@@ -211,16 +228,18 @@ def _samples_file(results_path: Path, task: str) -> Path:
 
 def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
     rows = []
-    with path.open(encoding="utf-8") as handle:
+    with path.open("rb") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(line.decode("utf-8"))
             except json.JSONDecodeError as exc:
                 raise HarnessLogInvalid(
                     path, f"line {number}", f"not valid JSON ({exc.msg}: truncated?)", _FIX_RERUN
                 ) from None
+            except (UnicodeDecodeError, RecursionError) as exc:
+                raise HarnessLogInvalid(path, f"line {number}", _why(exc), _FIX_RERUN) from None
             if not isinstance(row, dict):
                 raise HarnessLogInvalid(path, f"line {number}", "not a JSON object", _FIX_RERUN)
             rows.append((number, row))
@@ -296,7 +315,7 @@ def _score_keys(
     keys = []
     for key in first.get("metrics") or []:
         values = [r.get(key) for _, r in rows]
-        if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
+        if not all(_finite(v) for v in values):
             log.info("%s: %s is not a number per sample (a corpus metric): not imported", path, key)
             continue
         if higher.get(key) is False:
@@ -335,6 +354,33 @@ def _cluster(path: Path, number: int, row: Mapping[str, Any], name: str) -> str:
     if name not in doc:
         raise HarnessLogInvalid(path, f"line {number}: doc.{name}", "missing (the cluster key)", "name a field every document has with --cluster")  # fmt: skip
     return str(doc[name])
+
+
+def _finite(value: Any) -> bool:
+    """A number a score can be: an int or float that is finite as a float."""
+    try:
+        return isinstance(value, int | float) and math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        return False
+
+
+def _when(path: Path, stamp: float | None) -> datetime | None:
+    """The run's end from its ``date`` (a Unix time); a date no calendar holds is refused."""
+    if stamp is None:
+        return None
+    try:
+        return datetime.fromtimestamp(stamp, UTC)
+    except (OverflowError, OSError, ValueError):
+        raise HarnessLogInvalid(path, "date", f"{stamp!r} is no time", _FIX_RERUN) from None
+
+
+def _why(exc: BaseException) -> str:
+    """A reading error in words: not UTF-8, nested too deeply, or the error's own words."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {exc.start})"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply to be an lm-eval log"
+    return str(exc)
 
 
 def _float(value: Any) -> float | None:
