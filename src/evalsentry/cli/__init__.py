@@ -42,6 +42,7 @@ def _typer_app() -> typer.Typer:
         registry,
         results,
         runs,
+        tolerances,
     )
     from evalsentry.cli._app import app
 

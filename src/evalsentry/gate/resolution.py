@@ -162,9 +162,9 @@ class Resolution:
     def fix(self) -> str:
         """A tolerance that would work, and the evalset size that would (when known)."""
         assert self.certifiable is not None  # noqa: S101 - asked only when too fine
-        fix = f"set gate.evalsets.{self.evalset}.{self.metric}.max_drop >= {_round_up(self.certifiable):g}"
+        fix = f"set gate.evalsets.{self.evalset}.{self.metric}.max_drop >= {round_up(self.certifiable):g}"
         if self.rows_needed is not None:
-            fix += f" or an evalset of >= {round(_round_up(self.rows_needed)):,} rows"
+            fix += f" or an evalset of >= {round(round_up(self.rows_needed)):,} rows"
         return fix
 
     def line(self) -> str:
@@ -183,7 +183,7 @@ class Resolution:
         )
 
 
-def _round_up(value: float) -> float:
+def round_up(value: float) -> float:
     """Two significant digits, rounded up: a tolerance, or an evalset size, that is enough."""
     if value <= 0:
         return value

@@ -201,7 +201,7 @@ class History(Compaction):
         """Drift results, newest run per week."""
         import pyarrow.compute as pc
 
-        filter_ = pc.field("week").isin(list(weeks)) if weeks is not None else None
+        filter_ = pc.field("week").isin(_strings(weeks)) if weeks is not None else None
         frame = self._read(DRIFT, filter_).to_pandas()
         if frame.empty:
             return frame
@@ -258,7 +258,7 @@ class History(Compaction):
         if model is not None:
             conditions.append(pc.field("model") == model)
         if weeks is not None:
-            conditions.append(pc.field("week").isin(list(weeks)))
+            conditions.append(pc.field("week").isin(_strings(weeks)))
         if kind is not None:
             conditions.append(pc.field("kind") == kind)
         filter_ = _all(conditions)
@@ -281,7 +281,7 @@ class History(Compaction):
         import pyarrow.compute as pc
 
         ids = list(evaluation_ids)
-        frame = self._read(METRICS, pc.field("evaluation_id").isin(ids)).to_pandas()
+        frame = self._read(METRICS, pc.field("evaluation_id").isin(_strings(ids))).to_pandas()
         # A compaction caught half-way leaves rows in both the old and the new file.
         return frame.drop_duplicates(["evaluation_id", "metric", "slice"]).reset_index(drop=True)
 
@@ -294,7 +294,7 @@ class History(Compaction):
         import pyarrow.compute as pc
 
         filter_ = (
-            pc.field("evaluation_id").isin(list(evaluation_ids))
+            pc.field("evaluation_id").isin(_strings(evaluation_ids))
             if evaluation_ids is not None
             else None
         )
@@ -426,3 +426,10 @@ def _unstorable(row: Mapping[str, Any], schema: pa.Schema) -> str | None:
             text = text if len(text) <= 60 else text[:59] + "…"
             return f"{name}: {type(value).__name__} {text} is not {schema.field(name).type}"
     return None
+
+
+def _strings(values: Iterable[str]) -> Any:
+    """``values`` as an Arrow string array: an empty list is a string filter too, not null."""
+    import pyarrow as pa
+
+    return pa.array([str(v) for v in values], type=pa.string())

@@ -335,6 +335,13 @@ class TestDamagedAndMisplacedStore:
             history.compact("evaluations")
         assert sorted((store / "evaluations").iterdir()) == before
 
+    def test_an_empty_list_of_ids_or_weeks_reads_nothing(self, store: Path) -> None:
+        """No evaluation asked for: an empty frame, not a 'damaged history file'."""
+        history = History(str(store))
+        record_week(history, "2026-W40", accuracy_mask(N, 0.9))
+        assert history.metrics([]).empty and history.evaluations(weeks=[]).empty
+        assert not history.metrics(history.evaluations()["evaluation_id"]).empty
+
     def test_store_that_is_a_file_is_refused_up_front(self, store: Path) -> None:
         """check_root names the store (or the file above it) before any work; nothing is created."""
         store.write_text("not a folder")
