@@ -99,8 +99,12 @@ def build_wheel(into: Path) -> Path:
     return wheel
 
 
-def install(wheel: Path, venv: Path) -> Path:
-    """A new environment with ``wheel`` installed and this one's packages visible; its python."""
+def venv_seeing(venv: Path, packages: Path) -> Path:
+    """A new environment whose python imports (and whose pip sees) ``packages``; its python.
+
+    The ``.pth`` files inside ``packages`` (the editable install of this checkout among them)
+    are not processed from a folder named this way.
+    """
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
     )
@@ -111,9 +115,14 @@ def install(wheel: Path, venv: Path) -> Path:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    # torch, prefect, pip ... from the test environment; its own .pth files (the editable
-    # install of this checkout among them) are not processed from a folder named here.
-    Path(site, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    Path(site, "dependencies.pth").write_text(f"{packages}\n")
+    return python
+
+
+def install(wheel: Path, venv: Path) -> Path:
+    """A new environment with ``wheel`` installed and this one's packages visible; its python."""
+    # torch, prefect, pip ... from the test environment
+    python = venv_seeing(venv, Path(sysconfig.get_paths()["purelib"]))
     subprocess.run(
         [
             *(python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed"),
@@ -306,22 +315,6 @@ def packages_but_evalsentry(into: Path) -> Path:
     return into
 
 
-def runner_python(venv: Path, packages: Path) -> Path:
-    """What setup-python gives the job: a python whose pip sees ``packages`` as installed."""
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
-    )
-    python = venv / "bin" / "python"
-    site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    Path(site, "packages.pth").write_text(f"{packages}\n")
-    return python
-
-
 def test_the_generated_workflow_installs_the_wheel_with_the_lock_and_gates(
     week: Team, tmp_path: Path
 ) -> None:
@@ -345,7 +338,7 @@ def test_the_generated_workflow_installs_the_wheel_with_the_lock_and_gates(
     edit(workflow, 'whl/cpu "evalsentry[s3]"', f'whl/cpu "evalsentry[s3] @ {week.wheel.as_uri()}"')
 
     venv = tmp_path / "runner-python"
-    runner_python(venv, packages_but_evalsentry(tmp_path / "packages"))
+    venv_seeing(venv, packages_but_evalsentry(tmp_path / "packages"))  # what setup-python gives
     env = {
         **{k: v for k, v in week.env.items() if k != "PATH"},
         "PATH": os.pathsep.join([str(venv / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]),

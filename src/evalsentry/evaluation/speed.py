@@ -27,9 +27,12 @@ EXAMPLES = 2048
 #: A token evalset is timed on its first rows (in id order) up to this many tokens, choices
 #: included: its own lengths and padding, at a cost that does not grow with the evalset.
 TOKENS = 16384
-#: A round repeats its pass over the examples until it lasts about this long, and keeps the
-#: fastest pass.
+#: A round repeats a model's pass over the examples until it lasts about this long, and keeps
+#: the fastest pass. Each model's pass count is sized from its own warm-up pass, and a round
+#: stops once it has lasted ``MAX_ROUND_S`` (a pass slower than its warm-up): a week's timing
+#: is about ``ROUNDS * 2 * MIN_ROUND_S``, whatever the two models' speeds.
 MIN_ROUND_S = 0.05
+MAX_ROUND_S = 2 * MIN_ROUND_S
 MAX_PASSES = 1000
 
 
@@ -92,16 +95,24 @@ def time_pair(
             torch.cuda.synchronize(target)
         return time.perf_counter() - start
 
-    # Warm-up (allocator, kernels, caches), and how many passes make a round last MIN_ROUND_S.
+    def fastest_pass(model: torch.nn.Module, passes: int) -> float:
+        # The fastest pass: another process can only add time to a pass, never take it away.
+        best, start = math.inf, time.perf_counter()
+        for _ in range(passes):
+            best = min(best, once(model))
+            if time.perf_counter() - start > MAX_ROUND_S:
+                break
+        return best
+
+    # Warm-up (allocator, kernels, caches), then how many passes make each model's round last
+    # MIN_ROUND_S: sized by its own pass, so a fast model's count never runs a slow one.
     for model in models:
         once(model)
-    fastest = min(once(model) for model in models)
-    passes = max(1, min(MAX_PASSES, math.ceil(MIN_ROUND_S / max(fastest, 1e-6))))
+    passes = [max(1, min(MAX_PASSES, math.ceil(MIN_ROUND_S / max(once(m), 1e-6)))) for m in models]
     seconds: tuple[list[float], list[float]] = ([], [])
     for round_ in range(rounds):
         for which in (0, 1) if round_ % 2 == 0 else (1, 0):
-            # The fastest pass: another process can only add time to a pass, never take it away.
-            seconds[which].append(min(once(models[which]) for _ in range(passes)))
+            seconds[which].append(fastest_pass(models[which], passes[which]))
     return PairedTiming(seconds[0], seconds[1], size, str(target))
 
 

@@ -83,3 +83,33 @@ def test_real_models_timed_in_one_process(toy_evalset: Path) -> None:
     same = time_pair(fast, TinyNet(), evalset, device="cpu", rounds=5)
     assert slowdown_comparison(timing_pair(), same, THRESHOLD).verdict == Verdict.PASS
     assert same.examples == len(evalset)  # per pass; a round keeps its fastest pass
+
+
+class CountingNet(TinyNet):
+    """TinyNet that counts its forwards and takes ``pause`` seconds more over each."""
+
+    def __init__(self, pause: float) -> None:
+        super().__init__()
+        self.pause, self.calls = pause, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import time
+
+        self.calls += 1
+        time.sleep(self.pause)
+        return super().forward(x)
+
+
+def test_a_fast_models_pass_count_never_runs_a_slow_one(toy_evalset: Path) -> None:
+    """A 20-ms model timed against a microsecond one: each round of the slow one stops after
+    MAX_ROUND_S, so it runs a handful of passes a round, not the fast one's thousand (which
+    took minutes a week). Counted in forwards, not timed: one forward is one pass here."""
+    from evalsentry.evaluation.speed import MAX_ROUND_S
+
+    evalset = load_evalset(toy_evalset)
+    fast, slow = CountingNet(0.0), CountingNet(0.02)
+    timed = time_pair(fast, slow, evalset, device="cpu", rounds=3, batch_size=len(evalset))
+    assert timed.ratio > 1
+    per_round = MAX_ROUND_S / 0.02 + 1  # a round stops once it has lasted MAX_ROUND_S
+    assert slow.calls <= 2 + 3 * per_round  # its two warm-up passes, then three rounds
+    assert fast.calls > slow.calls  # the fast one still repeats its pass to fill a round
