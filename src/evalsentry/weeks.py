@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 from evalsentry.errors import InvalidName, UsageError
 
@@ -64,6 +64,35 @@ def check_begun(week: str, now: datetime | None = None) -> str:
             "after it"
         )
     return week
+
+
+#: The most weeks one backfill runs: five years, one after another.
+MAX_SPAN_WEEKS = 260
+
+
+def week_span(text: str, now: datetime | None = None) -> list[str]:
+    """``2026-W40..2026-W44`` as its weeks, in order, both ends included.
+
+    Raises:
+        InvalidName: an end that is not a week.
+        UsageError: not ``FROM..TO``, TO before FROM, TO not begun, or more than
+            ``MAX_SPAN_WEEKS`` weeks.
+    """
+    first, sep, last = text.partition("..")
+    if not sep:
+        raise UsageError(f"weeks {text!r}: give FROM..TO, e.g. 2026-W40..2026-W44")
+    start, end = week_start(first.strip()), week_start(check_begun(last.strip(), now))
+    if start > end:
+        raise UsageError(
+            f"weeks {text!r}: {last.strip()} comes before {first.strip()}; give FROM..TO"
+        )
+    count = (end - start).days // 7 + 1
+    if count > MAX_SPAN_WEEKS:
+        raise UsageError(
+            f"weeks {text!r}: {count} weeks, more than {MAX_SPAN_WEEKS}; backfill in parts"
+        )
+    days = (start + timedelta(weeks=k) for k in range(count))
+    return [f"{d.isocalendar().year}-W{d.isocalendar().week:02d}" for d in days]
 
 
 def is_aware_timestamp(stamp: str) -> bool:

@@ -343,6 +343,25 @@ def test_malformed_week_is_refused(toy_project: Path, week: str) -> None:
     assert state.is_failed() and "ISO week" in state.message
 
 
+def test_a_backfill_runs_its_weeks_one_after_another_in_week_order(
+    toy_project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`evalsentry backfill 2026-W40..2026-W42`: three runs, in week order, each gated against
+    the week recorded just before it; one verdict line each, exit 0."""
+    from evalsentry.cli import main
+
+    assert main(["backfill", "2026-W40..2026-W42", "--config", str(toy_project)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("flow run")]
+    assert [line.split(": ")[1] for line in lines] == ["2026-W40", "2026-W41", "2026-W42"]
+    assert lines[0].startswith("flow run Completed: 2026-W40: BASELINE")
+    assert all("PASS" in line for line in lines[1:])
+    rows = history(toy_project).evaluations().sort_values("finished_at")
+    assert rows["week"].tolist() == ["2026-W40", "2026-W41", "2026-W42"]
+    comparisons = history(toy_project).comparisons()
+    previous = comparisons[(comparisons["reference"] == "previous-week")]
+    assert set(previous["week"]) == {"2026-W41", "2026-W42"}
+
+
 def test_a_week_not_begun_is_refused_and_nothing_recorded(toy_project: Path) -> None:
     """`week=` next week (a typo, or a run form filled in ahead): Failed in one line."""
     from datetime import timedelta

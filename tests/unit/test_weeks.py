@@ -10,7 +10,7 @@ import pytest
 from evalsentry.cli import main
 from evalsentry.errors import InvalidName, UsageError
 from evalsentry.history.store import History
-from evalsentry.weeks import check_begun, check_week, iso_week, now_utc, week_start
+from evalsentry.weeks import check_begun, check_week, iso_week, now_utc, week_span, week_start
 from tests.models import TRUSTED_YAML
 from tests.synthetic import accuracy_mask, record_week
 
@@ -87,6 +87,38 @@ class TestWeekBegun:
         assert main(["run", "--week", next_week, "--config", str(project / "evalsentry.yaml")]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: week {next_week} has not begun") and err.count("\n") == 1
+
+
+class TestWeekSpan:
+    def test_a_span_lists_its_weeks_in_order_across_a_53_week_year(self) -> None:
+        """2026 has 53 ISO weeks: W52..2027-W02 is four weeks."""
+        later = datetime(2027, 2, 1, tzinfo=UTC)
+        assert week_span("2026-W52..2027-W02", now=later) == [
+            "2026-W52",
+            "2026-W53",
+            "2027-W01",
+            "2027-W02",
+        ]
+        assert week_span("2026-W40..2026-W40", now=later) == ["2026-W40"]
+
+    @pytest.mark.parametrize(
+        ("span", "words"),
+        [
+            ("2026-W40", "give FROM..TO"),
+            ("2026-W44..2026-W40", "2026-W40 comes before 2026-W44"),
+            ("2000-W01..2026-W40", "more than 260; backfill in parts"),
+            ("2026-W40..{next}", "week {next} has not begun"),  # next week, whenever it runs
+        ],
+    )
+    def test_a_bad_span_is_one_line_exit_2(
+        self, project: Path, capsys: pytest.CaptureFixture[str], span: str, words: str
+    ) -> None:
+        """`evalsentry backfill` refuses before any Prefect server starts."""
+        next_week = iso_week(now_utc() + timedelta(days=7))
+        span, words = span.format(next=next_week), words.format(next=next_week)
+        assert cli(project, "backfill", span) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1
 
 
 class TestCommandLine:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -31,27 +32,65 @@ def run(
     Failed on a regression, 2 on an ERROR, when it did not finish (crashed, cancelled), when
     there is nothing to evaluate (an empty registry, a mistyped model) or the input is unusable.
     """
-    from evalsentry.evaluation.orchestration import ensure_prefect_api, import_flow
     from evalsentry.weeks import check_begun
 
     if week is not None:
         check_begun(week)
-    settings = _config(config)
+    raise typer.Exit(_run_weeks(_config(config), [week], model, evalset, device))
+
+
+@app.command()
+def backfill(
+    weeks: Annotated[
+        str, typer.Argument(help="FROM..TO, e.g. 2026-W40..2026-W44 (both included).")
+    ],
+    model: Annotated[list[str] | None, typer.Option(help="Only these models.")] = None,
+    evalset: Annotated[list[str] | None, typer.Option(help="Only these evalsets.")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    config: ConfigOption = None,
+) -> None:
+    """Run the weekly-eval flow for each week from FROM to TO, one after another, in week order.
+
+    Each week is recorded before the next starts, so each is gated against the latest earlier
+    week with a result, as a weekly schedule would have gated it. Prints each week's verdict;
+    exits with the worst week's code (as `evalsentry gate`: 0, 1 or 2).
+    """
+    from evalsentry.weeks import week_span
+
+    listed = week_span(weeks)
+    raise typer.Exit(_run_weeks(_config(config), listed, model, evalset, device))
+
+
+def _run_weeks(
+    settings: Config,
+    weeks: Sequence[str | None],
+    models: list[str] | None,
+    evalsets: list[str] | None,
+    device: str,
+) -> int:
+    """Run the weekly flow for each week in turn (None: this week); the worst exit code."""
+    from evalsentry.evaluation.orchestration import ensure_prefect_api, import_flow
+
     temporary = ensure_prefect_api()
-    _something_to_evaluate(settings, model, evalset)
+    _something_to_evaluate(settings, models, evalsets)
     if temporary:
         import_flow("evalsentry.flows.temporary_server", "tie_temporary_server")()
     weekly_eval = import_flow("evalsentry.flows.weekly_eval", "weekly_eval")
-    state = weekly_eval(
-        week=week,
-        models=model,
-        evalsets=evalset,
-        device=device,
-        config_path=settings.trust.config_file,
-        return_state=True,
-    )
-    echo(import_flow("evalsentry.flows.runs", "outcome_line")(state))
-    raise typer.Exit(import_flow("evalsentry.flows.runs", "exit_code")(state))
+    outcome_line = import_flow("evalsentry.flows.runs", "outcome_line")
+    exit_code = import_flow("evalsentry.flows.runs", "exit_code")
+    worst = 0
+    for week in weeks:
+        state = weekly_eval(
+            week=week,
+            models=models,
+            evalsets=evalsets,
+            device=device,
+            config_path=settings.trust.config_file,
+            return_state=True,
+        )
+        echo(outcome_line(state))
+        worst = max(worst, exit_code(state))
+    return worst
 
 
 def _something_to_evaluate(
