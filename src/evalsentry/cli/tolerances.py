@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from evalsentry.cli._app import ConfigOption, _config, app
 from evalsentry.cli.output import echo, print_table
 from evalsentry.errors import UsageError
+
+if TYPE_CHECKING:
+    from evalsentry.gate.retrains import Suggestion
 
 tolerance_app = typer.Typer(
     help="Tolerances from what the line's retrains do.", no_args_is_help=True
@@ -53,6 +56,13 @@ def tolerance_suggest(
         f"evalsentry tolerance suggest {model}: {len(reruns)} seed reruns ({described(reruns)}); "
         f"an honest retrain stays within each suggestion with probability {probability:g}"
     )
+    _print_suggestions(found)
+    echo(f"paste into {Path(settings.trust.config_file).name} to use them (the larger of the two):")
+    echo(as_yaml(found))
+
+
+def _print_suggestions(found: list[Suggestion]) -> None:
+    """One row per evalset and metric: the spread, the suggestion, what the evalset resolves."""
     print_table(
         "per evalset and metric (drops in the metric's own units):",
         [
@@ -77,5 +87,3 @@ def tolerance_suggest(
             for s in found
         ],
     )
-    echo(f"paste into {Path(settings.trust.config_file).name} to use them (the larger of the two):")
-    echo(as_yaml(found))
