@@ -48,8 +48,8 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[obje
     A cell is one line: line breaks inside a value print as spaces.
     """
     cells = [
-        [str(c) for c in columns],
-        *([" ".join(str(v).split("\n")) for v in row] for row in rows),
+        [visible(str(c)) for c in columns],
+        *([visible(" ".join(str(v).split("\n"))) for v in row] for row in rows),
     ]
     widths = [max(_width(row[i]) for row in cells) for i in range(len(columns))]
 
@@ -63,6 +63,16 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[obje
     echo("  ".join("-" * w for w in widths))
     for row in cells[1:]:
         echo(line(row))
+
+
+def visible(text: str) -> str:
+    """``text`` with each control character (ESC, NUL, ...) shown as its escape.
+
+    A value from the data (a slice, a name in a log) never moves the cursor or recolours.
+    """
+    return "".join(
+        repr(char)[1:-1] if unicodedata.category(char) == "Cc" else char for char in text
+    )
 
 
 def _width(text: str) -> int:

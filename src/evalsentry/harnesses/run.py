@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,9 @@ log = logging.getLogger(__name__)
 IMPORTED_STAGE = "production"
 #: The currency harnesses record money in (Inspect's ``total_cost``).
 HARNESS_CURRENCY = "USD"
+#: A score's name, as a harness log gives it: plain text that no report, Markdown comment or
+#: terminal can take for a link, an image, a mention or a control sequence.
+SCORE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,:/+-]{0,99}")
 #: An example counts as right (for flips) when its first score is at least this.
 RIGHT_AT = 0.5
 
@@ -101,6 +105,15 @@ def per_example(run: HarnessRun) -> dict[str, np.ndarray]:
     Raises:
         HarnessLogInvalid: one example's repeats were shown different content.
     """
+    for key in run.scores:
+        if not SCORE_NAME.fullmatch(key):
+            raise HarnessLogInvalid(
+                run.source,
+                f"scores.{key!r}",
+                "not a metric name evalsentry shows as it is (letters, digits and _ . , : / + -, "
+                "at most 100): a name lands in reports, pull request comments and job summaries",
+                "rename the scorer or metric",
+            )
     ids = np.asarray(run.example_ids, dtype=object).astype(str)
     order = np.unique(ids)
     index = np.searchsorted(order, ids)

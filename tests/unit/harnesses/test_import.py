@@ -391,6 +391,25 @@ class TestBadInput:
         assert code == 2 and f"line 4: acc: {value!r} is outside [0, 1], where acc lies" in err
         assert history(project).evaluations().empty
 
+    def test_a_metric_name_that_could_be_markup_is_refused(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A metric named like a Markdown link (or a mention) would reach the PR comment live:
+        refused at import, naming it; nothing recorded."""
+        folder, _, samples = lm_copy(harness_logs, tmp_path)
+        name = "acc](https://evil.example) @team"
+        lines = []
+        for line in samples.read_text().splitlines():
+            row = json.loads(line)
+            row[name] = row.pop("acc")
+            row["metrics"] = [name if m == "acc" else m for m in row["metrics"]]
+            lines.append(json.dumps(row))
+        samples.write_text("\n".join(lines) + "\n")
+        code, _, err = import_lm(capsys, project, str(folder), "2026-W40")
+        assert code == 2 and err.count("\n") == 1
+        assert f"scores.{name!r}: not a metric name evalsentry shows as it is" in err
+        assert history(project).evaluations().empty
+
     def test_two_filters_import_once_one_is_chosen(
         self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
