@@ -50,7 +50,7 @@ from evalsentry.tasks.gate import gate_week
 from evalsentry.tasks.history import write_comparisons, write_drift, write_history
 from evalsentry.tasks.registry import plan_week
 from evalsentry.tasks.report import publish_report
-from evalsentry.weeks import check_begun, check_week, iso_week, now_utc
+from evalsentry.weeks import check_begun, check_week, iso_week, now_utc, week_start, weeks_in_order
 
 
 def resolve_week(week: str | None) -> str:
@@ -394,6 +394,32 @@ def _unrecorded(report: GateReport, ran: Ran) -> list[Comparison]:
     ]
 
 
+def _regate_next_week(run: RunContext) -> None:
+    """A later week already gated is gated again: its previous week is now this one.
+
+    Recording an earlier week after a later one (a backfill) changes what "previous week"
+    meant for the next later week with results. Its verdicts are recorded again, so the
+    history, ``evalsentry gate`` and a raw query tell its new story; its own run's state and
+    alert stay as they were, and this run's log says what changed.
+    """
+    history = History(run.settings.store_url)
+    weeks = weeks_in_order(history.evaluations(kind=WEEKLY_RUN)["week"])
+    later = [w for w in weeks if week_start(w) > week_start(run.week)]
+    if not later:
+        return
+    again = gate_week(run.settings.store_url, later[0], run.settings)
+    write_comparisons(
+        run.settings.store_url,
+        [c.row(run.run_id, now_utc()) for c in again.comparisons if c.recorded],
+    )
+    get_run_logger().warning(
+        "%s was gated before %s was recorded; gated again against it: %s",
+        later[0],
+        run.week,
+        again.headline(),
+    )
+
+
 def _failure_details(report: GateReport) -> list[tuple[int, str]]:
     """A failed week's lines: what failed it at ERROR; drift and notes beside it, lower."""
     notes = [c for c in report.inconclusive if c not in report.problems]
@@ -418,6 +444,7 @@ def _publish(run: RunContext, report: GateReport, ran: Ran, partial: str | None)
     write_comparisons(
         settings.store_url, [c.row(run.run_id, now_utc()) for c in _unrecorded(report, ran)]
     )
+    _regate_next_week(run)
     for drifted in ran.drifts:
         if drifted.verdict != Verdict.PASS:
             events.drift(drifted, week)

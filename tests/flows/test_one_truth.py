@@ -317,3 +317,60 @@ def test_a_line_gone_from_the_registry_is_missing_from_the_week(
     assert (artifact_headline(state.state_details.flow_run_id) or "").startswith(headline)
     for week in ([], ["--week", WEEK]):
         assert main(["gate", *week, "--config", str(config)]) == 2
+
+
+def test_a_week_recorded_after_a_later_one_leaves_one_story(toy_project: Path) -> None:
+    """W40 good, then a degraded release run as W42 (FAIL against W40), then W41 backfilled
+    with it: W42's previous week is now W41, and its recorded verdicts say so, as the gate
+    does; the backfill's log says W42 was gated again."""
+    from tests.flows.api import run_logs
+
+    settings_ = load_config(toy_project)
+    registry = Registry(settings_.registry_url)
+    assert weekly_eval(
+        week="2026-W40", config_path=str(toy_project), return_state=True
+    ).is_completed()
+    degraded = registry.register(_degraded_checkpoint(toy_project), "toy-model", trust=TRUST)
+    registry.promote("toy-model", degraded.version, "production")
+    later = weekly_eval(week="2026-W42", config_path=str(toy_project), return_state=True)
+    assert later.is_failed()
+    before = raw_verdicts(settings_.store_url, "2026-W42")
+    assert any(row[5] == "previous-week" and row[8] == "FAIL" for row in before)  # vs W40
+    backfilled = weekly_eval(week="2026-W41", config_path=str(toy_project), return_state=True)
+    report = gate_week(
+        History(settings_.store_url),
+        "2026-W42",
+        settings_.gate,
+        evalsets_dir=settings_.evalsets_dir,
+        registry_url=settings_.registry_url,
+    )
+    previous = [c for c in report.comparisons if str(c.reference) == "previous-week" and c.recorded]
+    assert previous and "FAIL" not in {str(c.verdict) for c in previous}  # the same model as W41
+    assert raw_verdicts(settings_.store_url, "2026-W42") == gated_verdicts(report)
+    assert main(["gate", "--week", "2026-W42", "--config", str(toy_project)]) == report.exit_code
+    logs = [line for _, line in run_logs(backfilled.state_details.flow_run_id)]
+    assert any(
+        line.startswith("2026-W42 was gated before 2026-W41 was recorded; gated again against it: ")
+        for line in logs
+    ), logs
+
+
+def _degraded_checkpoint(project: Path) -> Path:
+    """The toy teacher with one class pushed up: worse on the toy evalset."""
+    from evalsentry.checkpoints.checkpoint import save_checkpoint
+    from tests.conftest import _teacher
+
+    model = _teacher()
+    with torch.no_grad():
+        model.body[2].bias[0] += 2.0  # type: ignore[attr-defined,index]
+    (project.parent / "train.txt").write_text("data\n")
+    return save_checkpoint(
+        model,  # type: ignore[arg-type]
+        project.parent / "degraded.pt",
+        metrics={},
+        config={"lr": 0.01},
+        seed=1,
+        data=project.parent / "train.txt",
+        factory="tests.models:TinyNet",
+        factory_kwargs={"features": 4, "classes": 3, "hidden": 8},
+    )
