@@ -24,16 +24,7 @@ def gate_week(
     of last week with no row this week is MISSING, unless archived or imported: the weekly run
     does not wait for the import flow, which gates its own lines (with ``models``).
     """
-    return gate.gate_week(
-        History(store_url),
-        week,
-        config.gate,
-        models=models,
-        evalsets_dir=config.evalsets_dir,
-        drift=config.drift,
-        registry_url=config.registry_url,
-        recorded_elsewhere=() if models else tuple(config.imports),
-    )
+    return gate.gate_project_week(History(store_url), week, config, models)
 
 
 @task(name="gate-candidate", cache_policy=NO_CACHE)

@@ -109,3 +109,40 @@ def _record(
         f"recorded {row['model']} v{row['version']} on {row['evalset']} in {row['week']}: "
         f"{row['n_examples']} examples, {shown} (from {run.harness} {run.harness_version})"
     )
+
+
+@import_app.command("pickup")
+def import_pickup(
+    week: WeekOption = None,
+    model: Annotated[list[str] | None, typer.Option(help="Only these lines of imports:.")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """The import-results flow's pick-up, here: each `imports:` line's new run, then the gate.
+
+    A run already in the history is skipped; of the new runs the newest becomes the week's
+    result of its line. Then the week is gated for those lines. Exits as the flow ends: 1 on a
+    FAIL, 2 on an ERROR or a run found but not importable, else 0.
+    """
+    from evalsentry.errors import UsageError
+    from evalsentry.gate.week import gate_project_week
+    from evalsentry.harnesses.pickup import IMPORT, REFUSED, import_found, plan_imports
+    from evalsentry.weeks import check_begun, iso_week
+
+    settings, store = ci.project(config)
+    if not settings.imports:
+        raise UsageError(
+            f"{settings.trust.config_file}: imports: lists no line; add one (see the README, "
+            "Weekly pick-up) or import a run by hand with `evalsentry import lm-eval|inspect`"
+        )
+    week = check_begun(week) if week else iso_week()
+    found = plan_imports(store, settings, model)
+    for item in found:
+        if item.action == IMPORT:
+            echo(f"imported {import_found(store, item, settings, week).describe()}")
+        else:
+            said = "not imported" if item.action == REFUSED else "skipped"
+            echo(f"{said} {item.line}: {item.source}: {item.reason}")
+    report = gate_project_week(store, week, settings, model or sorted(settings.imports))
+    echo(report.headline())
+    refused = any(item.action == REFUSED for item in found)
+    raise typer.Exit(report.exit_code if report.failed or not refused else 2)

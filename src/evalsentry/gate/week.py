@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from evalsentry.config import DriftPolicy, GatePolicy
+from evalsentry.config import Config, DriftPolicy, GatePolicy
 from evalsentry.errors import UsageError, did_you_mean
 from evalsentry.gate.pairs import (
     _error,
@@ -47,6 +47,26 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+def gate_project_week(
+    history: History, week: str, config: Config, models: Sequence[str] | None = None
+) -> GateReport:
+    """``week``'s verdict as the flows give it, with the project's settings.
+
+    Its tolerances, evalsets, drift and registry; without ``models``, the lines the import
+    flow records are left to it.
+    """
+    return gate_week(
+        history,
+        week,
+        config.gate,
+        models=models,
+        evalsets_dir=config.evalsets_dir,
+        drift=config.drift,
+        registry_url=config.registry_url,
+        recorded_elsewhere=() if models else tuple(config.imports),
+    )
 
 
 def gate_week(

@@ -23,6 +23,36 @@ def lm_project(tmp_path: Path, harness_logs: Path) -> Path:
     return tmp_path / "evalsentry.yaml"
 
 
+class TestPickupCommand:
+    def test_the_command_picks_up_as_the_flow_does(
+        self, lm_project: Path, harness_logs: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`evalsentry import pickup`: the good run, then the worse one a week later (FAIL,
+        exit 1), then nothing new (the known runs skipped; the week gated again, the same)."""
+        config = ["--config", str(lm_project)]
+        assert main(["import", "pickup", "--week", "2026-W40", *config]) == 0
+        out = capsys.readouterr().out
+        assert "imported sums@v1 on lm-eval.evalsentry_arith: 40 examples" in out
+        assert out.splitlines()[-1].startswith("2026-W40: BASELINE")
+        shutil.copytree(harness_logs / "lm" / "worse", lm_project.parent / "results" / "worse")
+        assert main(["import", "pickup", "--week", "2026-W41", *config]) == 1
+        out = capsys.readouterr().out
+        assert "imported sums@v2" in out and "skipped sums:" in out
+        assert out.splitlines()[-1].startswith("2026-W41: FAIL sums@v2")
+        assert main(["import", "pickup", "--week", "2026-W41", *config]) == 1
+        out = capsys.readouterr().out
+        assert "imported" not in out and out.count("skipped sums:") == 2
+
+    def test_a_project_without_imports_is_told_what_to_add(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """No imports: one line, exit 2, nothing recorded."""
+        (tmp_path / "evalsentry.yaml").write_text("store: store\n")
+        assert main(["import", "pickup", "--config", str(tmp_path / "evalsentry.yaml")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "imports: lists no line" in err
+
+
 class TestPlanImports:
     def test_a_run_imported_by_hand_is_not_imported_again(
         self, lm_project: Path, capsys: pytest.CaptureFixture[str]
