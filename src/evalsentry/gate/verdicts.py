@@ -38,11 +38,9 @@ _PATH_THEN_CAUSE = re.compile(rf"(?P<path>{_PATH.pattern}): (?P<cause>[^;|]+)")
 
 
 def brief_reason(reason: str) -> str:
-    """An ERROR's reason for a headline, at most BRIEF_REASON_CHARS.
+    """An ERROR's reason for a headline: the cause first, then the file it names (not its path).
 
-    The cause comes before the file it names and each path is cut to its file's name:
-    ``the evalset is invalid: /x/data/a.parquet: changed since freeze`` reads
-    ``the evalset is invalid: changed since freeze (a.parquet)``.
+    ``invalid: /x/a.parquet: changed since freeze`` reads ``invalid: changed since freeze (a.parquet)``.
     """
     moved = _PATH_THEN_CAUSE.sub(lambda m: f"{m['cause'].rstrip()} ({m[2]})", reason)
     short = _PATH.sub(r"\1", moved)
@@ -327,6 +325,7 @@ class GateReport:
     strict: bool = False
     drift: Sequence[DriftResult] = ()
     drift_fails: bool = False
+    changes: Sequence[str] = ()  # what changed since last week, per failed line (gate.lineage)
 
     def _with(self, verdict: Verdict) -> list[Comparison]:
         return [c for c in self.comparisons if c.gating and c.verdict == verdict]
@@ -489,11 +488,12 @@ class GateReport:
         return sep.join([self.headline(), *self.details()])
 
     def details(self) -> list[str]:
-        """The lines behind the headline: problems, drift, INCONCLUSIVE notes, in that order."""
+        """The lines behind the headline: what changed, problems, drift, INCONCLUSIVE notes."""
         problems = self.problems
         notes = [c for c in self.inconclusive if c not in problems]
         return (
-            [c.describe() for c in problems]
+            [f"what changed: {change}" for change in self.changes if problems]
+            + [c.describe() for c in problems]
             + [d.describe() for d in self.drifted]
             + [c.describe() for c in notes]
         )

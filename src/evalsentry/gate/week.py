@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from evalsentry.config import Config, DriftPolicy, GatePolicy
 from evalsentry.errors import UsageError, did_you_mean
+from evalsentry.gate.lineage import lineage_changes
 from evalsentry.gate.pairs import (
     _error,
     _spec_for,
@@ -122,7 +123,8 @@ def gate_week(
         comparisons.append(failed_verdict(row))
     comparisons += missing_lines(frame, week, registry_url, recorded_elsewhere)
     comparisons += _gate_lines(history, week, frame[frame["status"] == "ok"], policy, evalsets_dir)
-    return GateReport(week, comparisons, policy.strict, drifts, fails)
+    changes = lineage_changes(frame, week, comparisons)
+    return GateReport(week, comparisons, policy.strict, drifts, fails, changes)
 
 
 def _gate_lines(

@@ -647,3 +647,50 @@ class TestNames:
         )
         target = Target("m", "m.pt", sha256=sha)
         assert (target.label, target.slug) == ("m (candidate 9ae2a1ad)", "m-9ae2a1ad")
+
+
+class TestWhatChanged:
+    """Model or data: a FAIL says what differs between the two checkpoints it compares."""
+
+    def test_a_fail_names_the_training_data_change_first(self, tmp_path: Path) -> None:
+        """v2 trained on other data, same code and config: the first detail says so, and the
+        alert's text; a passing week says nothing of it."""
+        from evalsentry.reports.alerts import summary
+
+        history = History(str(tmp_path / "store"))
+        recipe = {"git_sha": "c0de" * 10, "config_json": '{"lr": 0.01}', "seed": 1}
+        record_week(history, "2026-W40", accuracy_mask(N, 0.95), data_sha="a1" * 32, **recipe)
+        report = gate_week(history, "2026-W40", POLICY)
+        assert report.changes == [] and not any("what changed" in d for d in report.details())
+        record_week(
+            history,
+            "2026-W41",
+            accuracy_mask(N, 0.85),
+            version=2,
+            checkpoint="d" * 64,
+            data_sha="b2" * 32,
+            **recipe,
+        )
+        report = gate_week(history, "2026-W41", POLICY)
+        assert report.problems
+        said = "m v1 -> v2: training data changed (a1a1a1a1 -> b2b2b2b2); code and config the same"
+        assert report.details()[0] == f"what changed: {said}"
+        assert f"what changed: {said}" in summary(report)["text"].splitlines()
+
+    def test_the_config_seed_and_an_unchanged_checkpoint_are_named(self) -> None:
+        from evalsentry.gate.lineage import what_changed
+
+        before = {"model": "m", "version": 1, "checkpoint_sha256": "c" * 64, "git_sha": "a" * 40,
+                  "data_sha": "d" * 64, "config_json": '{"lr": 0.01, "epochs": 10}', "seed": 1}  # fmt: skip
+        after = {**before, "version": 2, "checkpoint_sha256": "e" * 64, "seed": 2,
+                 "config_json": '{"lr": 0.1, "epochs": 10}'}  # fmt: skip
+        assert what_changed(before, after) == (
+            "m v1 -> v2: config lr 0.01 -> 0.1; seed 1 -> 2; training data and code the same"
+        )
+        same = {**before, "version": 1}
+        assert (
+            what_changed(before, same)
+            == "m v1 -> v1: the same checkpoint (the model did not change)"
+        )
+        bare = {"model": "m", "version": 2, "checkpoint_sha256": "f" * 64}
+        assert what_changed({**bare, "version": 1, "checkpoint_sha256": "0" * 64}, bare) is None
