@@ -4,7 +4,9 @@
     python -m examples.digits.train --out bad.pt --corrupt-classes 3,5,8 --corrupt-fraction 0.6
 
 ``--corrupt-classes`` relabels a fraction of those classes' training examples at random: a
-realistic data bug (a broken labelling batch) that yields a measurably worse model.
+realistic data bug (a broken labelling batch) that yields a measurably worse model. The labels
+it trained on are written beside the checkpoint (``<out>.labels.parquet``) and hashed into its
+lineage's ``data_sha``: the data changed, and the lineage says so.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from torch import nn
@@ -93,12 +96,28 @@ def train(
         metrics={"val_accuracy": val_acc, "val_loss": val_loss},
         config=config,
         seed=seed,
-        data=DATA,
+        data=_data_seen(out, fit, fit_labels, labels),
         optimizer=optimizer,
         factory=FACTORY,
         factory_kwargs={"channels": channels},
         training=run,
     )
+
+
+def _data_seen(
+    out: Path, fit: torch.Tensor, fit_labels: torch.Tensor, labels: torch.Tensor
+) -> Path | list[Path]:
+    """The data the model was trained on, for its lineage's ``data_sha``.
+
+    The shipped split, and where labels were changed in memory, the labels it trained on too
+    (written beside the checkpoint): a lineage must not hide a data change.
+    """
+    if torch.equal(fit_labels, labels[fit]):
+        return DATA
+    seen = Path(out).with_suffix(".labels.parquet")
+    seen.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"row": fit.numpy(), "label": fit_labels.numpy()}), seen)
+    return [DATA, seen]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
