@@ -43,6 +43,67 @@ def flipped_ids(
     None when either evaluation's predictions are missing, their examples differ, or the task
     has no right or wrong to flip (regression: float predictions; language modelling: none).
     """
+    found = _flips(history, evaluation_id, reference_evaluation_id)
+    if found is None:
+        return None
+    current, _, newly_wrong, newly_right = found
+    return current["example_id"][newly_wrong], current["example_id"][newly_right]
+
+
+#: Fewer newly wrong examples than this say nothing about where they concentrate.
+MIN_FLIPS = 5
+
+
+def class_concentration(
+    history: History, evaluation_id: str, reference_evaluation_id: str, alpha: float = 0.05
+) -> str | None:
+    """Whether the newly wrong examples sit in some classes beyond chance, in words.
+
+    Of the examples the reference got right, each class's share of the newly wrong is tested
+    against its share of those examples (hypergeometric, upper tail, Holm over the classes):
+    ``46 of 52 flips are in classes 3, 5, 8 (p=1e-20, ...)``. None for a task without classes
+    or with fewer than ``MIN_FLIPS`` flips.
+    """
+    from scipy.stats import hypergeom
+
+    found = _flips(history, evaluation_id, reference_evaluation_id)
+    if found is None or np.asarray(found[0]["target"]).ndim != 1:
+        return None
+    current, was_right, newly_wrong, _ = found
+    flips = int(newly_wrong.sum())
+    if flips < MIN_FLIPS:
+        return None
+    targets = np.asarray(current["target"])[was_right]
+    classes, at_risk = np.unique(targets, return_counts=True)
+    hits = np.array([int(newly_wrong[was_right][targets == c].sum()) for c in classes])
+    adjusted = _holm(hypergeom.sf(hits - 1, int(at_risk.sum()), at_risk, flips))
+    test = f"hypergeometric, Holm over {len(classes)} classes"
+    beyond = (adjusted < alpha) & (hits > flips * at_risk / at_risk.sum())
+    if not beyond.any():
+        return f"{flips} flips spread over the classes as chance would ({test})"
+    named = ", ".join(str(c) for c in classes[beyond])
+    return (
+        f"{int(hits[beyond].sum())} of {flips} flips are in classes {named} "
+        f"(p={float(adjusted[beyond].max()):.1g}, {test})"
+    )
+
+
+def _holm(p_values: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjustment of ``p_values`` (family-wise error)."""
+    order = np.argsort(p_values)
+    steps = (len(p_values) - np.arange(len(p_values))) * p_values[order]
+    adjusted = np.empty_like(steps)
+    adjusted[order] = np.minimum(np.maximum.accumulate(steps), 1.0)
+    return np.asarray(adjusted, dtype=np.float64)
+
+
+def _flips(
+    history: History, evaluation_id: str, reference_evaluation_id: str
+) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray] | None:
+    """The current's columns (example order), and which the reference got right, newly wrong, newly right.
+
+    None where there is no right or wrong to flip (see :func:`flipped_ids`).
+    """
     from evalsentry.gate.pairs import align, canonical
     from evalsentry.gate.stats import flip_masks
 
@@ -58,10 +119,9 @@ def flipped_ids(
         or np.issubdtype(current["prediction"].dtype, np.floating)
     ):
         return None
-    newly_wrong, newly_right = flip_masks(
-        aligned["prediction"] == aligned["target"], current["prediction"] == current["target"]
-    )
-    return current["example_id"][newly_wrong], current["example_id"][newly_right]
+    was_right = aligned["prediction"] == aligned["target"]
+    newly_wrong, newly_right = flip_masks(was_right, current["prediction"] == current["target"])
+    return current, was_right, newly_wrong, newly_right
 
 
 def _labelled(columns: dict[str, np.ndarray]) -> bool:

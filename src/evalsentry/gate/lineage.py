@@ -14,10 +14,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from evalsentry.gate.flips import class_concentration
 from evalsentry.gate.verdicts import Comparison, Reference, Verdict
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from evalsentry.history.store import History
 
 SHORT = 8  # characters of a hash shown
 
@@ -55,8 +58,13 @@ def what_changed(reference: Mapping[str, Any], current: Mapping[str, Any]) -> st
     return f"{who}: {words}"
 
 
-def lineage_changes(frame: pd.DataFrame, week: str, comparisons: Sequence[Comparison]) -> list[str]:
-    """For each line a FAIL against the previous week names: what changed since that week."""
+def lineage_changes(
+    frame: pd.DataFrame, week: str, comparisons: Sequence[Comparison], history: History
+) -> list[str]:
+    """For each line a FAIL against the previous week names, what changed since that week.
+
+    ``what changed: ...`` (the lineage) and ``where the flips are: ...`` (their classes).
+    """
     failed = {
         (c.model, c.evalset)
         for c in comparisons
@@ -70,10 +78,16 @@ def lineage_changes(frame: pd.DataFrame, week: str, comparisons: Sequence[Compar
         before = rows[rows["week"] < week].sort_values("week")  # ISO weeks sort as text
         if now.empty or before.empty:
             continue
-        said = what_changed(before.iloc[-1].to_dict(), now.iloc[-1].to_dict())
-        if said is not None and said not in out:
-            out.append(said)
-    return out
+        reference, current = before.iloc[-1].to_dict(), now.iloc[-1].to_dict()
+        said = what_changed(reference, current)
+        if said is not None:
+            out.append(f"what changed: {said}")
+        where = class_concentration(
+            history, str(current["evaluation_id"]), str(reference["evaluation_id"])
+        )
+        if where is not None:
+            out.append(f"where the flips are: {model}@v{_version(current)} on {evalset}: {where}")
+    return list(dict.fromkeys(out))
 
 
 def _config_change(before: Any, after: Any) -> str | None:

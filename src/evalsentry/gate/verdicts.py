@@ -492,7 +492,7 @@ class GateReport:
         problems = self.problems
         notes = [c for c in self.inconclusive if c not in problems]
         return (
-            [f"what changed: {change}" for change in self.changes if problems]
+            [change for change in self.changes if problems]
             + [c.describe() for c in problems]
             + [d.describe() for d in self.drifted]
             + [c.describe() for c in notes]

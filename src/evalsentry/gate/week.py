@@ -123,7 +123,7 @@ def gate_week(
         comparisons.append(failed_verdict(row))
     comparisons += missing_lines(frame, week, registry_url, recorded_elsewhere)
     comparisons += _gate_lines(history, week, frame[frame["status"] == "ok"], policy, evalsets_dir)
-    changes = lineage_changes(frame, week, comparisons)
+    changes = lineage_changes(frame, week, comparisons, history)
     return GateReport(week, comparisons, policy.strict, drifts, fails, changes)
 
 

@@ -148,7 +148,7 @@ def summary(
     counts = _counts(report)
     headline = report.headline()
     lines = ["evalsentry: " + (f"{title}: " if title else "") + headline, _counts_line(counts)]
-    lines += [f"what changed: {change}" for change in report.changes if bad]
+    lines += [change for change in report.changes if bad]
     lines += [_line(row, c) for row, c in zip(rows, shown, strict=True)]
     if len(bad) > limit:
         lines.append(f"... and {len(bad) - limit} more")

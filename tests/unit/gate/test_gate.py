@@ -694,3 +694,31 @@ class TestWhatChanged:
         )
         bare = {"model": "m", "version": 2, "checkpoint_sha256": "f" * 64}
         assert what_changed({**bare, "version": 1, "checkpoint_sha256": "0" * 64}, bare) is None
+
+
+class TestWhereTheFlipsAre:
+    """A FAIL says whether its newly wrong examples sit in some classes beyond chance."""
+
+    def test_flips_in_one_class_are_named_and_spread_ones_are_not(self, tmp_path: Path) -> None:
+        from evalsentry.gate.flips import class_concentration
+        from tests.synthetic import CLASSES
+
+        rng = np.random.default_rng(5)
+        target = np.arange(N) % CLASSES
+        history = History(str(tmp_path / "store"))
+        before = record_week(history, "2026-W40", np.ones(N, bool))
+        broken = ~((target == 1) & (rng.random(N) < 0.3))  # a labelling batch on class 1
+        after = record_week(history, "2026-W41", broken, version=2, checkpoint="d" * 64)
+        said = class_concentration(history, after, before)
+        flips = int((~broken).sum())
+        assert said is not None and said.startswith(
+            f"{flips} of {flips} flips are in classes 1 (p="
+        )
+        assert said.endswith(f"hypergeometric, Holm over {CLASSES} classes)")
+        report = gate_week(history, "2026-W41", POLICY)
+        assert any(d.startswith("where the flips are: m@v2 on toy: ") for d in report.details())
+
+        spread = rng.random(N) > 0.08  # the same share lost in every class
+        other = record_week(history, "2026-W42", spread, version=3, checkpoint="e" * 64)
+        said = class_concentration(history, other, before)
+        assert said is not None and "spread over the classes as chance would" in said
