@@ -8,6 +8,7 @@ reverse (newly right), by top-1 correctness, read from the history's stored pred
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -64,8 +65,6 @@ def class_concentration(
     ``46 of 52 flips are in classes 3, 5, 8 (p=1e-20, ...)``. None for a task without classes
     or with fewer than ``MIN_FLIPS`` flips.
     """
-    from scipy.stats import hypergeom
-
     found = _flips(history, evaluation_id, reference_evaluation_id)
     if found is None or np.asarray(found[0]["target"]).ndim != 1:
         return None
@@ -76,7 +75,11 @@ def class_concentration(
     targets = np.asarray(current["target"])[was_right]
     classes, at_risk = np.unique(targets, return_counts=True)
     hits = np.array([int(newly_wrong[was_right][targets == c].sum()) for c in classes])
-    adjusted = _holm(hypergeom.sf(hits - 1, int(at_risk.sum()), at_risk, flips))
+    total = int(at_risk.sum())
+    tails = np.array(
+        [_upper_tail(int(h), total, int(k), flips) for h, k in zip(hits, at_risk, strict=True)]
+    )
+    adjusted = _holm(tails)
     test = f"hypergeometric, Holm over {len(classes)} classes"
     beyond = (adjusted < alpha) & (hits > flips * at_risk / at_risk.sum())
     if not beyond.any():
@@ -86,6 +89,26 @@ def class_concentration(
         f"{int(hits[beyond].sum())} of {flips} flips are in classes {named} "
         f"(p={float(adjusted[beyond].max()):.1g}, {test})"
     )
+
+
+def _upper_tail(hits: int, total: int, in_class: int, drawn: int) -> float:
+    """P(X >= hits) for X hypergeometric: ``drawn`` of ``total``, ``in_class`` of them marked.
+
+    Summed exactly in log space (no scipy: the gate's command starts without it).
+    """
+    top = min(in_class, drawn)
+    if hits > top:
+        return 0.0
+    x = np.arange(max(hits, 0), top + 1)
+    log_terms = _log_choose(in_class, x) + _log_choose(total - in_class, drawn - x)
+    log_terms -= math.lgamma(total + 1) - math.lgamma(drawn + 1) - math.lgamma(total - drawn + 1)
+    peak = float(log_terms.max())
+    return float(min(1.0, math.exp(peak) * np.exp(log_terms - peak).sum()))
+
+
+def _log_choose(n: int, k: np.ndarray) -> np.ndarray:
+    lgamma = np.vectorize(math.lgamma, otypes=[np.float64])
+    return np.asarray(math.lgamma(n + 1) - lgamma(k + 1) - lgamma(n - k + 1), dtype=np.float64)
 
 
 def _holm(p_values: np.ndarray) -> np.ndarray:

@@ -722,3 +722,24 @@ class TestWhereTheFlipsAre:
         other = record_week(history, "2026-W42", spread, version=3, checkpoint="e" * 64)
         said = class_concentration(history, other, before)
         assert said is not None and "spread over the classes as chance would" in said
+
+    @pytest.mark.parametrize(
+        ("hits", "total", "in_class", "drawn"),
+        [
+            (5, 700, 70, 52),
+            (20, 700, 70, 52),
+            (0, 700, 70, 52),
+            (1, 100, 10, 5),
+            (40, 1000, 50, 60),
+        ],
+    )
+    def test_the_tail_is_scipys_hypergeometric_tail(
+        self, hits: int, total: int, in_class: int, drawn: int
+    ) -> None:
+        """Summed in log space without scipy (the gate's command starts without it)."""
+        from scipy.stats import hypergeom
+
+        from evalsentry.gate.flips import _upper_tail
+
+        expected = float(hypergeom.sf(hits - 1, total, in_class, drawn))
+        assert _upper_tail(hits, total, in_class, drawn) == pytest.approx(expected, rel=1e-9)
