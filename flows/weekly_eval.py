@@ -424,8 +424,8 @@ def _failure_details(report: GateReport) -> list[tuple[int, str]]:
     """A failed week's lines: what failed it at ERROR; drift and notes beside it, lower."""
     notes = [c for c in report.inconclusive if c not in report.problems]
     return [
-        *((logging.INFO, change) for change in report.changes),
         *((logging.ERROR, c.describe()) for c in report.problems),
+        *((logging.INFO, change) for change in report.changes),
         *(
             (logging.ERROR if d in report.drift_failures else logging.WARNING, d.describe())
             for d in report.drifted

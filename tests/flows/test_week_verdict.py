@@ -134,7 +134,7 @@ class TestEveryFailedRunAlertsOnce:
         config.write_text("store: [\n")
         other = attempt()
         assert other.is_failed() and "file not found" not in other.message
-        alerts = alerts_of(other, "2026-W40")
+        alerts = _until(2, lambda: alerts_of(other, "2026-W40"))  # the server stores events late
         assert sorted(a.payload["headline"] for a in alerts) == sorted(
             state.message.split(" | ")[0] for state in (first, other)
         )
@@ -206,3 +206,13 @@ class TestExitCodes:
 
         kind, _, message = state.partition(":")
         assert exit_code(getattr(states, kind)(message=message)) == code
+
+
+def _until(count: int, read: Any, timeout_s: float = 30) -> Any:
+    """``read()`` until it holds ``count`` items (a busy server persists events late)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while len(found := read()) < count and time.monotonic() < deadline:
+        time.sleep(1)
+    return found

@@ -488,12 +488,12 @@ class GateReport:
         return sep.join([self.headline(), *self.details()])
 
     def details(self) -> list[str]:
-        """The lines behind the headline: what changed, problems, drift, INCONCLUSIVE notes."""
+        """The lines behind the headline: problems, what changed, drift, INCONCLUSIVE notes."""
         problems = self.problems
         notes = [c for c in self.inconclusive if c not in problems]
         return (
-            [change for change in self.changes if problems]
-            + [c.describe() for c in problems]
+            [c.describe() for c in problems]
+            + [change for change in self.changes if problems]
             + [d.describe() for d in self.drifted]
             + [c.describe() for c in notes]
         )

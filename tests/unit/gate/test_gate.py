@@ -674,7 +674,9 @@ class TestWhatChanged:
         report = gate_week(history, "2026-W41", POLICY)
         assert report.problems
         said = "m v1 -> v2: training data changed (a1a1a1a1 -> b2b2b2b2); code and config the same"
-        assert report.details()[0] == f"what changed: {said}"
+        details = report.details()
+        assert f"what changed: {said}" in details  # after the problems it explains
+        assert details.index(f"what changed: {said}") == len(report.problems)
         assert f"what changed: {said}" in summary(report)["text"].splitlines()
 
     def test_the_config_seed_and_an_unchanged_checkpoint_are_named(self) -> None:
