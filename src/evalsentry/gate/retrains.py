@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from evalsentry.history.store import History
 
 #: Lineage fields a retrain may change without being another recipe (the seed is the point).
-RETRAIN_FREE = ("seed", "timestamp_utc", "training")
+RETRAIN_FREE = ("seed", "timestamp_utc", "training_cost")
 DEFAULT_PROBABILITY = 0.95
 
 

@@ -40,7 +40,24 @@ def retrain(path: Path, train_data: Path, seed: int, lr: float = 0.01) -> Path:
         data=train_data,
         factory="tests.models:TinyNet",
         factory_kwargs=KWARGS,
+        training=training_cost(seed),  # each run's own cost: not part of the recipe
     )
+
+
+def training_cost(seed: int) -> dict[str, object]:
+    """What a training run of ``seed`` cost, as track_training records it."""
+    return {
+        "started_at": "2026-11-30T06:00:00+00:00",
+        "ended_at": f"2026-11-30T06:{seed:02d}:00+00:00",
+        "wall_s": 60.0 * seed,
+        "device": "cpu",
+        "device_hours": seed / 60,
+        "energy_kwh": 0.001 * seed,
+        "energy_method": "codecarbon 3.3.2",
+        "co2_kg": 0.0004 * seed,
+        "cost": 0.01 * seed,
+        "currency": "USD",
+    }
 
 
 @pytest.fixture
