@@ -64,12 +64,23 @@ def _scoring_change(
             "not comparable: the reference was imported by an earlier evalsentry, which did not "
             "record how its run scored; import its run again (evalsentry import ... --week W)"
         )
-    before, after = json.loads(_single(reference[SCORING])), json.loads(_single(current[SCORING]))
+    before, after = _settings(reference[SCORING]), _settings(current[SCORING])
+    if before is None or after is None:  # two runs' settings in one file: no pairing
+        return "not comparable: the scoring settings are unreadable (two runs in one file?)"
     for key in sorted(set(before) | set(after)):
         if before.get(key) != after.get(key):
             word = key.replace("_", " ")
             return f"not comparable: the {word} changed: {_short(before.get(key))} -> {_short(after.get(key))}"
     return None
+
+
+def _settings(values: NDArray[Any]) -> dict[str, Any] | None:
+    """The run's one scoring setting as a dict; None when the column holds anything else."""
+    try:
+        found = json.loads(_single(values))
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def _short(value: Any) -> str:

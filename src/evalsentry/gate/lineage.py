@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from evalsentry.gate.flips import class_concentration
 from evalsentry.gate.verdicts import Comparison, Reference, Verdict
+from evalsentry.weeks import week_start, weeks_in_order
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,9 +76,10 @@ def lineage_changes(
     for model, evalset in sorted(failed):
         rows = production[(production["model"] == model) & (production["evalset"] == evalset)]
         now = rows[rows["week"] == week]
-        before = rows[rows["week"] < week].sort_values("week")  # ISO weeks sort as text
-        if now.empty or before.empty:
+        earlier = [w for w in weeks_in_order(rows["week"]) if week_start(w) < week_start(week)]
+        if now.empty or not earlier:
             continue
+        before = rows[rows["week"] == earlier[-1]]
         reference, current = before.iloc[-1].to_dict(), now.iloc[-1].to_dict()
         said = what_changed(reference, current)
         if said is not None:

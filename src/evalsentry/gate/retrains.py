@@ -93,7 +93,7 @@ def suggest(
     latest = _latest_results(history, model, [v.version for v in versions])
     if not latest:
         raise UsageError(
-            f"model {model!r}: its seed reruns ({_listed(versions)}) have no results to compare; "
+            f"model {model!r}: its seed reruns ({described(versions)}) have no results to compare; "
             "evaluate them first (a weekly run evaluates registered candidates, or "
             "`evalsentry evaluate --checkpoint FILE --model LINE`)"
         )
@@ -154,13 +154,9 @@ def _latest_results(
     return {e: by_version for e, by_version in latest.items() if len(by_version) >= 2}
 
 
-def _listed(versions: Sequence[RegistryEntry]) -> str:
-    return ", ".join(f"v{e.version} seed {e.lineage.get('seed')}" for e in versions)
-
-
 def described(versions: Sequence[RegistryEntry]) -> str:
     """``v2 seed 1, v3 seed 2``: the seed reruns, as the command lists them."""
-    return _listed(versions)
+    return ", ".join(f"v{e.version} seed {e.lineage.get('seed')}" for e in versions)
 
 
 def as_yaml(suggestions: Sequence[Suggestion]) -> str:

@@ -331,6 +331,9 @@ def test_a_reference_imported_before_scoring_was_recorded_is_refused_saying_so()
     assert reason is not None and "imported by an earlier evalsentry" in reason
     assert "import its run again" in reason
     assert content_change({**same, "scoring": scoring}, {**same, "scoring": scoring}) is None
+    mixed = np.array(['{"filter": "none"}', '{"filter": "x"}'], dtype=object)  # two runs' rows
+    reason = content_change({**same, "scoring": scoring}, {**same, "scoring": mixed})
+    assert reason is not None and reason.startswith("not comparable: the scoring settings")
 
 
 class TestBadInput:
