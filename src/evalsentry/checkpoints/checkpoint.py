@@ -131,6 +131,7 @@ def save_checkpoint(
     git_sha: str | None = None,
     repo: str | os.PathLike[str] | None = None,
     training: TrainingRun | Mapping[str, Any] | None = None,
+    transform: str | None = None,
 ) -> Path:
     """Write ``{model_state_dict, optimizer_state_dict?, metrics, lineage}`` atomically; its path.
 
@@ -147,10 +148,10 @@ def save_checkpoint(
         data: training data (manifest file, list of files, or folder) to hash.
         optimizer: its state is saved when given.
         factory: ``package.module:callable`` that rebuilds the architecture.
-        git_sha: the code commit; by default read from git in ``repo`` (the training code's
-            repository; default: the cwd).
-        training: what training cost: the run ``evalsentry.track_training`` yielded (after its
-            block), or a mapping of the same fields; recorded as ``lineage["training_cost"]``.
+        git_sha: the code commit; by default read from git in ``repo`` (default: the cwd).
+        training: what training cost (``track_training``'s run after its block, or a mapping of
+            its fields); recorded as ``lineage["training_cost"]``.
+        transform: the ``apply_transform`` that ``model`` went through; kept in lineage.model.
 
     Raises:
         BadTrainingData: ``data`` names no training data.
@@ -161,7 +162,7 @@ def save_checkpoint(
     training_files(data)  # refuse missing or empty training data before building anything
     cost = _training_cost(training)
     factory = factory or _infer_factory(model)
-    state = _rebuildable_state(model, factory, factory_kwargs, path)
+    state = _rebuildable_state(model, factory, factory_kwargs, transform, path)
     lineage = build_lineage(
         config=config,
         seed=seed,
@@ -173,9 +174,14 @@ def save_checkpoint(
         git_dirty=False if git_sha else None,
         repo=repo,
     )
-    if cost is not None:
-        lineage["training_cost"] = cost
+    pinned = lineage["model"] | ({} if transform is None else {"transform": transform})
+    lineage |= {"model": pinned} | _cost_field(cost)
     return _write_payload(path, state, metrics, lineage, optimizer)
+
+
+def _cost_field(cost: dict[str, Any] | None) -> dict[str, Any]:
+    """``{"training_cost": cost}``, or nothing when training cost was not given."""
+    return {} if cost is None else {"training_cost": cost}
 
 
 def _training_cost(training: TrainingRun | Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -191,12 +197,15 @@ def _rebuildable_state(
     model: torch.nn.Module,
     factory: str,
     factory_kwargs: Mapping[str, Any] | None,
+    transform: str | None,
     path: str | os.PathLike[str],
 ) -> dict[str, torch.Tensor]:
-    """The model's weights on the CPU, once the factory's model has accepted them strictly."""
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    """The model's weights on the CPU, once the factory's model (transformed) took them strictly."""
+    from evalsentry.checkpoints.variants import portable_state
+
+    state = portable_state(model)
     rebuilt = _call_factory(import_factory(factory), factory, factory_kwargs)
-    _load_strict(rebuilt, state, path)
+    load_weights(rebuilt, state, path, transform)
     return state
 
 
@@ -240,6 +249,7 @@ def load_checkpoint(
     factory: str | None = None,
     factory_kwargs: Mapping[str, Any] | None = None,
     lineage: Mapping[str, Any] | None = None,
+    transform: str | None = None,
 ) -> LoadedCheckpoint:
     """Verify, read and rebuild a checkpoint.
 
@@ -255,6 +265,8 @@ def load_checkpoint(
         factory_kwargs: kwargs for that factory.
         lineage: the lineage of a file that records none (a bare state dict), given beside it
             at registration (``--lineage``); a file that records its own is refused with it.
+        transform: the serving transform pinned with the factory (a variant's); a file naming
+            another is refused.
 
     A file that records no lineage is otherwise accepted only as a registered one, with both
     ``expected_sha256`` and ``factory`` pinned: its lineage is its registry entry's, and
@@ -263,7 +275,7 @@ def load_checkpoint(
     Raises:
         CheckpointNotFound, CheckpointChanged, CheckpointTooLarge, CheckpointCorrupt,
         UnsafeCheckpoint, UnknownLayout, NoLineage, LineageMissing, ModelMismatch,
-        UntrustedFactory, FactoryError, StateDictMismatch.
+        UntrustedFactory, FactoryError, StateDictMismatch, UnknownTransform.
 
     """
     file = Path(path)
@@ -277,16 +289,12 @@ def load_checkpoint(
         payload = read_payload(
             file, map_location, max_bytes=trust.max_checkpoint_bytes, source=source
         )
+    pinned = None if factory is None else _pinned(factory, factory_kwargs, transform)
     model, completed = _built_model(
-        file,
-        payload,
-        trust=trust,
-        expected_sha256=expected_sha256,
-        factory=factory,
-        factory_kwargs=factory_kwargs,
-        lineage=lineage,
+        file, payload, trust=trust, expected_sha256=expected_sha256, pinned=pinned, lineage=lineage
     )
-    _load_strict(model, payload[STATE_KEY], file)
+    spec = completed.get("model") or pinned or {}
+    load_weights(model, payload[STATE_KEY], file, spec.get("transform"))
     model.eval()
     return LoadedCheckpoint(
         model, completed, _metrics(file, payload.get("metrics")), sha, str(file)
@@ -299,14 +307,14 @@ def _built_model(
     *,
     trust: Trust,
     expected_sha256: str | None,
-    factory: str | None,
-    factory_kwargs: Mapping[str, Any] | None,
+    pinned: dict[str, Any] | None,
     lineage: Mapping[str, Any] | None,
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """The model the checkpoint's lineage (or the one given beside it) builds, and the lineage.
 
-    A file without either builds the pinned ``factory`` if ``expected_sha256`` is pinned too,
-    with an empty lineage (the registry entry's is recorded); see :func:`load_checkpoint`.
+    A file without either builds the ``pinned`` model (``_pinned``) if ``expected_sha256`` is
+    pinned too, with an empty lineage (the registry entry's is recorded); see
+    :func:`load_checkpoint`. The model comes back untransformed: ``load_weights`` transforms it.
     """
     recorded = payload.get("lineage")
     if recorded is not None and lineage is not None:
@@ -316,11 +324,11 @@ def _built_model(
             "(one file, one lineage)",
         )
     if recorded is None and lineage is None:
-        if factory is None or expected_sha256 is None:
+        if pinned is None or expected_sha256 is None:
             raise NoLineage(file, _layout(payload))
         # A registered file (sha256 and factory pinned): its lineage is the registry entry's.
-        return build_model(factory, factory_kwargs, trust=trust), {}
-    completed = complete_lineage(file, recorded or lineage, factory, factory_kwargs)
+        return build_model(pinned["factory"], pinned["kwargs"], trust=trust), {}
+    completed = complete_lineage(file, recorded or lineage, pinned)
     spec = completed["model"]
     return build_model(spec["factory"], spec["kwargs"], trust=trust), completed
 
@@ -348,30 +356,37 @@ def _metrics(path: object, recorded: Any) -> dict[str, float]:
     return metrics
 
 
-def complete_lineage(
-    path: object,
-    recorded: Any,
-    factory: str | None = None,
-    factory_kwargs: Mapping[str, Any] | None = None,
+def _pinned(
+    factory: str, factory_kwargs: Mapping[str, Any] | None, transform: str | None
 ) -> dict[str, Any]:
-    """The lineage with its model pinned: ``{"factory": ..., "kwargs": {...}}``.
+    """A pinned model as a lineage records it: ``{"factory", "kwargs"[, "transform"]}``."""
+    pinned: dict[str, Any] = {"factory": factory, "kwargs": dict(factory_kwargs or {})}
+    if transform is not None:
+        pinned["transform"] = transform
+    return pinned
 
-    ``factory`` (with ``factory_kwargs``) fills in a missing model; a recorded model that
-    differs from it is refused.
+
+def complete_lineage(
+    path: object, recorded: Any, pinned: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The lineage with its model pinned: ``{"factory": ..., "kwargs": {...}[, "transform"]}``.
+
+    ``pinned`` (``{"factory", "kwargs"[, "transform"]}``) fills in a missing model; a recorded
+    model that differs from it is refused.
 
     Raises:
         LineageMissing: listing every missing field.
-        ModelMismatch: the recorded factory or kwargs differ from the given ones.
+        ModelMismatch: the recorded factory, kwargs or transform differ from the pinned ones.
         FactoryError: the recorded kwargs are not a mapping.
+        UnknownTransform: the recorded transform is not one evalsentry applies.
 
     """
     lineage: dict[str, Any] = dict(recorded) if isinstance(recorded, Mapping) else {}
     own = _model_spec(lineage.get("model"))
-    if factory is not None:
-        pinned = {"factory": factory, "kwargs": dict(factory_kwargs or {})}
-        if own is not None and own != pinned:
-            raise ModelMismatch(path, own, pinned)
-        own = pinned
+    if pinned is not None:
+        if own is not None and own != dict(pinned):
+            raise ModelMismatch(path, own, dict(pinned))
+        own = dict(pinned)
     if own is not None:
         lineage["model"] = own
     missing = missing_fields(lineage)
@@ -388,7 +403,24 @@ def _model_spec(model: Any) -> dict[str, Any] | None:
     kwargs = model.get("kwargs") or {}
     if not isinstance(kwargs, Mapping):
         raise FactoryError(str(model["factory"]), "its kwargs are not a mapping of names to values")
-    return {"factory": model["factory"], "kwargs": dict(kwargs)}
+    spec = {"factory": model["factory"], "kwargs": dict(kwargs)}
+    if model.get("transform") is not None:
+        from evalsentry.checkpoints.variants import check_transform
+
+        spec["transform"] = check_transform(model["transform"], "lineage.model.transform")
+    return spec
+
+
+def load_weights(model: torch.nn.Module, state: Any, path: object, transform: str | None) -> None:
+    """Load ``state`` strictly into ``model``, transformed first when a transform is pinned."""
+    if transform is None:
+        _load_strict(model, state, path)
+        return
+    from evalsentry.checkpoints.variants import apply_transform, load_portable_state
+
+    if not isinstance(state, Mapping):
+        _load_strict(model, state, path)  # refuses it, naming what it is
+    load_portable_state(apply_transform(model, transform), state, path)
 
 
 def _load_strict(model: torch.nn.Module, state: Any, path: object) -> None:

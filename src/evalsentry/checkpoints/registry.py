@@ -32,6 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from evalsentry.checkpoints.checkpoint import LoadedCheckpoint, load_checkpoint
 from evalsentry.checkpoints.safetensors_file import SUFFIX
+from evalsentry.checkpoints.variants import TRANSFORMS
 from evalsentry.documents import config_error
 from evalsentry.errors import (
     CheckpointChanged,
@@ -105,6 +106,12 @@ class RegistryEntry(BaseModel):
             )
         if not isinstance(model.get("kwargs", {}), dict):
             raise PydanticCustomError("model", "model.kwargs is not a mapping")
+        if model.get("transform") is not None and model["transform"] not in TRANSFORMS:
+            raise PydanticCustomError(
+                "model",
+                "model.transform {transform} is not a transform evalsentry applies",
+                {"transform": repr(model["transform"])},
+            )
         return lineage
 
     @property
@@ -467,7 +474,9 @@ def check_finite_weights(path: object, model: Any) -> None:
     """
     import torch
 
-    for name, tensor in model.state_dict().items():
+    from evalsentry.checkpoints.variants import portable_state
+
+    for name, tensor in portable_state(model).items():  # a quantized weight's scales too
         if not tensor.is_floating_point():
             continue
         bad = int((~torch.isfinite(tensor)).sum())

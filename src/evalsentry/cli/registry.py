@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from evalsentry.checkpoints.variants import TRANSFORMS
 from evalsentry.cli._app import (
     ConfigOption,
     _config,
@@ -23,19 +24,65 @@ if TYPE_CHECKING:
     from evalsentry.checkpoints.registry import Registration, RegistryEntry
     from evalsentry.config import Config
 
+_TRANSFORMS_HELP = "; ".join(f"{name}: {what}" for name, what in TRANSFORMS.items())
+
+
+CheckpointArgument = Annotated[
+    Path | None,
+    typer.Argument(
+        help="Checkpoint file: written by save_checkpoint, by hand as {model_state_dict, "
+        "lineage, ...}, or a bare state dict (with --lineage). None with --variant-of.",
+        show_default=False,
+    ),
+]
+VariantOfOption = Annotated[
+    str | None,
+    typer.Option(
+        help="MODEL@vN: register --transform of that version as the line's next version "
+        "(evalsentry transforms the parent's weights; no file is given).",
+        show_default=False,
+    ),
+]
+TransformOption = Annotated[
+    str | None, typer.Option(help=f"With --variant-of: {_TRANSFORMS_HELP}.", show_default=False)
+]
+
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Model line of this version (with --variant-of: the parent's).", show_default=False
+    ),
+]
+NewModelOption = Annotated[
+    bool,
+    typer.Option(
+        "--new-model",
+        help="MODEL starts a new model line (else a model with no line yet is refused: a "
+        "typo would start a line every week's run then fails on).",
+    ),
+]
+AllowNonfiniteOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-nonfinite",
+        help="Register weights that hold NaN or infinity (else refused: they predict NaN).",
+    ),
+]
+LineageOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="JSON or YAML lineage for a checkpoint that records none (a bare state dict): "
+        "git_sha, data_sha, config, timestamp_utc; seed optional."
+    ),
+]
+
 
 @app.command()
 def register(
-    checkpoint: Annotated[
-        Path,
-        typer.Argument(
-            help="Checkpoint file: written by save_checkpoint, by hand as {model_state_dict, "
-            "lineage, ...}, or a bare state dict (with --lineage)."
-        ),
-    ],
-    model: Annotated[
-        str, typer.Option(help="Model name (the model line this version belongs to).")
-    ],
+    checkpoint: CheckpointArgument = None,
+    model: ModelOption = None,
+    variant_of: VariantOfOption = None,
+    transform: TransformOption = None,
     stage: Annotated[str, typer.Option(help="candidate, production or archived.")] = "candidate",
     factory: Annotated[
         str | None, typer.Option(help="package.module:callable, for checkpoints without one.")
@@ -44,44 +91,79 @@ def register(
         str | None, typer.Option(help="JSON keyword arguments for --factory.")
     ] = None,
     copy: Annotated[bool, typer.Option("--copy", help="Store a copy inside the registry.")] = False,
-    new_model: Annotated[
-        bool,
-        typer.Option(
-            "--new-model",
-            help="MODEL starts a new model line (else a model with no line yet is refused: a "
-            "typo would start a line every week's run then fails on).",
-        ),
-    ] = False,
-    allow_nonfinite: Annotated[
-        bool,
-        typer.Option(
-            "--allow-nonfinite",
-            help="Register weights that hold NaN or infinity (else refused: they predict NaN).",
-        ),
-    ] = False,
-    lineage: Annotated[
-        Path | None,
-        typer.Option(
-            help="JSON or YAML lineage for a checkpoint that records none (a bare state dict): "
-            "git_sha, data_sha, config, timestamp_utc; seed optional."
-        ),
-    ] = None,
+    new_model: NewModelOption = False,
+    allow_nonfinite: AllowNonfiniteOption = False,
+    lineage: LineageOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Register a checkpoint: pin its sha256, size and model factory, record its lineage.
 
     The model is rebuilt now, as evaluation will: only by a factory in trusted_factories.
     A file already registered for the model is not registered again. The first version of a
-    model line needs --new-model.
+    model line needs --new-model. A serving variant (--variant-of MODEL@vN --transform NAME)
+    is built by evalsentry from the registered parent.
     """
     from evalsentry.names import check_name
 
+    if variant_of is not None or transform is not None:
+        _register_variant(checkpoint, model, variant_of, transform, stage, config)
+        return
+    if checkpoint is None or model is None:
+        raise UsageError(
+            "register: give the CHECKPOINT file and --model, or --variant-of MODEL@vN "
+            "--transform NAME for a serving variant of a registered version"
+        )
     check_name("model", model)
     kwargs = _factory_kwargs(factory, factory_kwargs)
     done = _add_checkpoint(
         checkpoint, model, stage, factory, kwargs, copy, new_model, allow_nonfinite, lineage, config
     )
     _print_registered(done, stage, factory, kwargs)
+
+
+def _register_variant(
+    checkpoint: Path | None,
+    model: str | None,
+    variant_of: str | None,
+    transform: str | None,
+    stage: str,
+    config: Path | None,
+) -> None:
+    """Register the serving variant ``transform`` of ``variant_of`` and say what it is."""
+    from evalsentry.checkpoints.registry import Registry
+    from evalsentry.checkpoints.variant_registry import parse_ref, register_variant
+    from evalsentry.checkpoints.variants import check_transform
+
+    if variant_of is None or transform is None:
+        raise UsageError(
+            "register: --variant-of MODEL@vN and --transform NAME go together "
+            f"(transforms: {', '.join(TRANSFORMS)})"
+        )
+    if checkpoint is not None:
+        raise UsageError(
+            f"register: {checkpoint}: a variant is built from its parent by evalsentry; drop "
+            "the file, or register it as a version of its own (save_checkpoint(..., "
+            "transform=...) records the transform it went through)"
+        )
+    line, _ = parse_ref(variant_of)
+    if model is not None and model != line:
+        raise UsageError(
+            f"register: --model {model} differs from the line of --variant-of {variant_of}; "
+            "a variant is a version of its parent's line (drop --model)"
+        )
+    check_transform(transform)
+    settings = _config(config)
+    done = register_variant(
+        Registry(settings.registry_url), variant_of, transform, trust=settings.trust, stage=stage
+    )
+    entry = done.entry
+    what = f"{transform} variant of {line}@v{entry.lineage['variant_of']['version']}"
+    if done.new:
+        echo(
+            f"registered {entry.ref} ({entry.stage}): {what}, sha256 {entry.sha256[:12]} -> {entry.uri}"
+        )
+    else:
+        echo(f"{entry.ref} is already the {what} ({entry.stage}); nothing registered")
 
 
 def _factory_kwargs(factory: str | None, factory_kwargs: str | None) -> dict[str, Any] | None:
@@ -181,12 +263,13 @@ def registry_list(
     from evalsentry.evaluation.planning import binding_text
 
     settings = _config(config)
-    entries = Registry(settings.registry_url).list(model)
+    entries = sorted(Registry(settings.registry_url).list(model), key=_beside_parent)
     weeks = _last_weeks(settings, model)
     available = list_evalsets(settings.evalsets_dir)
     rows = [
         [
             e.ref,
+            _variant_text(e),
             e.stage,
             binding_text(e.model, settings, available),
             weeks.get((e.model, e.version), "-"),
@@ -203,6 +286,7 @@ def registry_list(
     ]
     columns = [
         "version",
+        "variant of",
         "stage",
         "evalsets",
         "last week",
@@ -215,6 +299,25 @@ def registry_list(
         "registered",
     ]
     print_table("Registered checkpoints", columns, rows)
+
+
+def _beside_parent(entry: RegistryEntry) -> tuple[str, int, int]:
+    """Sort key listing each variant right after the version it is a variant of."""
+    parent = entry.lineage.get("variant_of")
+    if isinstance(parent, dict) and isinstance(parent.get("version"), int):
+        return entry.model, parent["version"], entry.version
+    return entry.model, entry.version, 0
+
+
+def _variant_text(entry: RegistryEntry) -> str:
+    """``v2 dynamic-int8`` for a variant of v2; empty for a version of its own."""
+    transform = entry.lineage["model"].get("transform")
+    parent = entry.lineage.get("variant_of")
+    if transform is None:
+        return ""
+    if isinstance(parent, dict) and "version" in parent:
+        return f"v{parent['version']} {transform}"
+    return str(transform)
 
 
 @registry_app.command("show")

@@ -154,6 +154,7 @@ def evaluate_isolated(
     trust: Trust,
     factory: str | None = None,
     factory_kwargs: Mapping[str, Any] | None = None,
+    transform: str | None = None,
     device: str,
     timeout_s: float,
     progress: ProgressFn | None = None,
@@ -166,7 +167,7 @@ def evaluate_isolated(
         expected_sha256: the hash pinned at registration, checked in the child.
         trust: the trusted factories and the size limit, checked in the child.
         factory: the factory pinned at registration (``None``: the file's own, if trusted).
-        factory_kwargs: the kwargs pinned with it.
+        factory_kwargs, transform: the kwargs and serving transform pinned with it.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         timeout_s: seconds from the child holding the evalset to its answer.
         progress: called here with (examples done, total) as the child reports them.
@@ -176,7 +177,7 @@ def evaluate_isolated(
         EvaluationProcessDied: the child ended without an answer.
         EvaluationFailed: the evaluation raised in the child, with its one-line reason.
     """
-    load = load_arguments(trust, expected_sha256, factory, factory_kwargs)
+    load = load_arguments(trust, expected_sha256, factory, factory_kwargs, transform)
     return _request(_Request("evaluate", uri, evalset, load, device, timeout_s, progress))
 
 
@@ -185,6 +186,7 @@ def load_arguments(
     expected_sha256: str | None,
     factory: str | None = None,
     factory_kwargs: Mapping[str, Any] | None = None,
+    transform: str | None = None,
 ) -> dict[str, Any]:
     """``load_checkpoint``'s keyword arguments in the child: what is trusted and pinned."""
     return {
@@ -192,6 +194,7 @@ def load_arguments(
         "expected_sha256": expected_sha256,
         "factory": factory,
         "factory_kwargs": dict(factory_kwargs) if factory_kwargs is not None else None,
+        "transform": transform,
     }
 
 

@@ -75,7 +75,7 @@ class Target:
 
     @property
     def pinned_model(self) -> Mapping[str, Any]:
-        """The factory and kwargs pinned at registration; empty for a file given directly."""
+        """What registration pinned (factory, kwargs, transform); empty for a file given directly."""
         model = self.lineage.get("model") if self.lineage else None
         return model if isinstance(model, Mapping) else {}
 
@@ -150,6 +150,7 @@ def evaluate_checkpoint(
                 trust=config.trust,
                 factory=target.pinned_model.get("factory"),
                 factory_kwargs=target.pinned_model.get("kwargs"),
+                transform=target.pinned_model.get("transform"),
                 device=device,
                 timeout_s=config.inference_timeout_s,
                 progress=progress,
@@ -380,6 +381,7 @@ def live_drift(
             target.sha256,
             target.pinned_model.get("factory"),
             target.pinned_model.get("kwargs"),
+            target.pinned_model.get("transform"),
         )
         try:
             ran = predict_isolated(

@@ -192,4 +192,10 @@ def _load_arguments(target: Target, config: Config) -> dict[str, Any]:
     from evalsentry.evaluation.isolation import load_arguments
 
     pinned = target.pinned_model
-    return load_arguments(config.trust, target.sha256, pinned.get("factory"), pinned.get("kwargs"))
+    return load_arguments(
+        config.trust,
+        target.sha256,
+        pinned.get("factory"),
+        pinned.get("kwargs"),
+        pinned.get("transform"),
+    )

@@ -1,0 +1,152 @@
+"""`evalsentry register --variant-of`: serving variants registered, listed and evaluated."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from evalsentry.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+from evalsentry.checkpoints.registry import Registry
+from evalsentry.cli import main
+from evalsentry.history.store import History
+from tests.conftest import _teacher
+from tests.models import TRUST, TRUSTED_YAML
+from tests.unit.cli.test_cli_tolerance import training_cost
+
+KWARGS = {"features": 4, "classes": 3, "hidden": 8}
+
+
+@pytest.fixture
+def project(
+    tmp_path: Path,
+    toy_evalset: Path,
+    train_data: Path,
+    pinned_git: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Path:
+    """The teacher registered as toy@v1 (production, with a training cost), as the working folder."""
+    (tmp_path / "evalsentry.yaml").write_text(
+        f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n{TRUSTED_YAML}"
+    )
+    path = save_checkpoint(
+        _teacher(),  # type: ignore[arg-type]
+        tmp_path / "teacher.pt",
+        metrics={"val_accuracy": 1.0},
+        config={"lr": 0.01},
+        seed=7,
+        data=train_data,
+        factory="tests.models:TinyNet",
+        factory_kwargs=KWARGS,
+        training=training_cost(1),
+    )
+    Registry(str(tmp_path / "registry")).register(path, "toy", stage="production", trust=TRUST)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_a_variant_is_built_from_its_parent_listed_under_it_and_evaluated(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """int8 of v1 becomes v2: the parent's lineage, the transform pinned, a copy kept; the
+    variant evaluated against production (v1) holds its quality."""
+    assert main(["register", "--variant-of", "toy@v1", "--transform", "dynamic-int8"]) == 0
+    said = capsys.readouterr().out
+    assert re.match(
+        r"registered toy@v2 \(candidate\): dynamic-int8 variant of toy@v1, sha256 ", said
+    )
+    registry = Registry(str(project / "registry"))
+    parent, variant = registry.show("toy", 1), registry.show("toy", 2)
+    assert variant.lineage["model"] == {**parent.lineage["model"], "transform": "dynamic-int8"}
+    assert variant.lineage["variant_of"] == {"version": 1, "sha256": parent.sha256}
+    for field in ("git_sha", "data_sha", "config", "seed", "timestamp_utc"):
+        assert variant.lineage[field] == parent.lineage[field]
+    assert variant.uri.startswith(str(project / "registry" / "toy" / "artifacts"))
+    loaded = load_checkpoint(variant.uri, trust=TRUST, expected_sha256=variant.sha256)
+    assert loaded.model.body[0].weight.qdata.dtype == torch.int8  # type: ignore[union-attr, index]
+
+    # The transform is deterministic: asked again, the same file is found, nothing registered.
+    assert main(["register", "--variant-of", "toy@v1", "--transform", "dynamic-int8"]) == 0
+    assert capsys.readouterr().out.startswith(
+        "toy@v2 is already the dynamic-int8 variant of toy@v1"
+    )
+    assert main(["register", "--variant-of", "toy@v1", "--transform", "bf16"]) == 0
+    capsys.readouterr()
+
+    assert main(["registry", "list"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if "toy@v" in line]
+    assert [(r[0], r[1:3]) for r in rows[:1]] == [("toy@v1", ["production", "toy"])]
+    assert [r[:3] for r in rows[1:]] == [
+        ["toy@v2", "v1", "dynamic-int8"],
+        ["toy@v3", "v1", "bf16"],
+    ]
+
+    code = main(["evaluate", "--checkpoint", variant.uri, "--model", "toy"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    evaluations = History(str(project / "store")).evaluations(include_superseded=True)
+    row = evaluations.iloc[-1]
+    assert row["status"] == "ok" and row["checkpoint_sha256"] == variant.sha256
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ["--variant-of", "toy@v1", "--transform", "int4"],
+            "--transform: 'int4' is not a transform evalsentry applies; use one of "
+            "dynamic-int8, fp16, bf16",
+        ),
+        (["--variant-of", "toy@v1"], "--variant-of MODEL@vN and --transform NAME go together"),
+        (["--variant-of", "toy", "--transform", "fp16"], "--variant-of: 'toy' names no version"),
+        (["--variant-of", "toy@v9", "--transform", "fp16"], "toy"),
+        (
+            ["--variant-of", "toy@v1", "--transform", "fp16", "--model", "other"],
+            "--model other differs from the line of --variant-of toy@v1",
+        ),
+        ([], "give the CHECKPOINT file and --model, or --variant-of MODEL@vN"),
+    ],
+    ids=[
+        "unknown-transform",
+        "no-transform",
+        "no-version",
+        "no-such-version",
+        "other-line",
+        "nothing",
+    ],
+)
+def test_a_variant_asked_wrongly_is_one_line_and_nothing_registered(
+    project: Path, capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    assert main(["register", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and said in err, err
+    assert [e.version for e in Registry(str(project / "registry")).list("toy")] == [1]
+
+
+def test_a_variant_of_a_variant_is_refused_naming_the_float_version(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["register", "--variant-of", "toy@v1", "--transform", "bf16"]) == 0
+    assert main(["register", "--variant-of", "toy@v2", "--transform", "dynamic-int8"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "toy@v2 is itself a bf16 variant; make variants of the float version it came from (v1)"
+        in err
+    )
+
+
+def test_show_prints_the_pinned_transform(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["register", "--variant-of", "toy@v1", "--transform", "fp16"]) == 0
+    capsys.readouterr()
+    assert main(["registry", "show", "toy", "--version", "2"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["lineage"]["model"]["transform"] == "fp16"
+    assert "training_cost" not in shown["lineage"]  # the parent's training bill, not the variant's
+    parent = Registry(str(project / "registry")).show("toy", 1)
+    assert parent.lineage["training_cost"]["cost"] == 0.01
