@@ -8,10 +8,9 @@ live-data drift; lineage; data validation; and the bill with its trend.
 from __future__ import annotations
 
 import html
-import io
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from evalsentry.history.store import History
 from evalsentry.names import WEEKLY_RUN
 from evalsentry.reports.bill import PARTS, Lifetime, lifetime_table, weekly_parts
 from evalsentry.reports.report import counts_line
+from evalsentry.reports.svg import WeekChart
 from evalsentry.weeks import weeks_up_to
 
 if TYPE_CHECKING:
@@ -68,36 +68,6 @@ def html_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _svg(figure: Any) -> str:
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg", bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(figure)
-    text = buffer.getvalue()
-    return text[text.index("<svg") :]
-
-
-def _week_axes(weeks: pd.Series | pd.Index, height: float = 2.8) -> tuple[Any, Any, np.ndarray]:
-    """A chart's figure and axes whose x positions are ``weeks``, labelled without the year."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(6, height))
-    x = np.arange(len(weeks))
-    axes.set_xticks(x, weeks.str.replace(r"^\d{4}-", "", regex=True), fontsize=7, rotation=45)
-    return figure, axes, x
-
-
-def _plain_y(*sides: Any) -> None:
-    """Tick labels of y in plain decimals: tiny amounts never become "1e-5" above the axis."""
-    for side in sides:
-        side.ticklabel_format(axis="y", style="plain", useOffset=False)
-        side.tick_params(axis="y", labelsize=7)
-
-
 def trend_chart(
     line: pd.DataFrame,
     metrics: pd.DataFrame,
@@ -111,38 +81,22 @@ def trend_chart(
         .merge(line[["evaluation_id", "week", "version"]], on="evaluation_id", suffixes=("_m", ""))
         .sort_values("week")
     )
-    figure, axes, x = _week_axes(rows["week"], height=3.2)
-    axes.plot(x, rows["value"], color="#37474f", marker="o", markersize=3, label=metric)
-    axes.fill_between(
-        x, rows["ci_low"], rows["ci_high"], color="#90a4ae", alpha=0.35, label="95% CI"
-    )
+    chart = WeekChart(rows["week"].tolist(), metric, height=320)
+    chart.band(rows["ci_low"].tolist(), rows["ci_high"].tolist(), "#90a4ae", "95% CI")
+    chart.line(rows["value"].tolist(), "#37474f", metric)
     if baseline_week is not None and (rows["week"] == baseline_week).any():
         base = float(rows.loc[rows["week"] == baseline_week, "value"].iloc[0])
-        axes.axhline(
-            base, color="#1565c0", linestyle=":", linewidth=1, label=f"baseline {baseline_week}"
-        )
+        chart.level(base, "#1565c0", f"baseline {baseline_week}")
     versions = rows["version"].tolist()
     for i in range(1, len(versions)):
         if versions[i] != versions[i - 1]:
-            axes.axvline(i - 0.5, color="#9e9e9e", linestyle="--", linewidth=0.8)
-            axes.annotate(
-                f"v{int(versions[i])}", (i - 0.45, axes.get_ylim()[1]), fontsize=7, va="top"
-            )
+            chart.divider(i, f"v{int(versions[i])}")
     for i, week in enumerate(rows["week"]):
         verdict = verdicts.get(week)
         if verdict:
-            axes.scatter(
-                [i],
-                [rows["value"].iloc[i]],
-                color=VERDICT_COLOUR[verdict],
-                s=40,
-                zorder=3,
-                marker="X" if verdict in (Verdict.FAIL, Verdict.ERROR) else "o",
-            )
-    axes.set_title(metric, fontsize=10)
-    axes.legend(fontsize=7, loc="best")
-    axes.grid(alpha=0.3)
-    return _svg(figure)
+            cross = verdict in (Verdict.FAIL, Verdict.ERROR)
+            chart.mark(i, float(rows["value"].iloc[i]), VERDICT_COLOUR[verdict], cross=cross)
+    return chart.render()
 
 
 def cost_chart(evaluations: pd.DataFrame) -> str:
@@ -152,24 +106,14 @@ def cost_chart(evaluations: pd.DataFrame) -> str:
     money_label = f"money ({currency.iloc[0]})" if not currency.empty else "money"
     energy_unit, kwh_per_unit = units.energy_scale(float(weekly["energy_kwh"].max()))
     energy_label = f"energy ({energy_unit})"
-    figure, axes, x = _week_axes(weekly.index)
-    axes.bar(x, weekly["cost"], color="#5c6bc0", label=money_label)
-    axes.set_ylabel(money_label, fontsize=8)
-    twin = axes.twinx()
-    twin.plot(
-        x,
-        weekly["energy_kwh"] / kwh_per_unit,
-        color="#ef6c00",
-        marker="o",
-        markersize=3,
-        label=energy_label,
+    chart = WeekChart(weekly.index.tolist(), "cost per week")
+    chart.bars(weekly["cost"].tolist(), "#5c6bc0", money_label)
+    chart.line(
+        (weekly["energy_kwh"] / kwh_per_unit).tolist(), "#ef6c00", energy_label, side="right"
     )
-    twin.set_ylabel(energy_label, fontsize=8)
-    _plain_y(axes, twin)
-    handles = [axes.get_legend_handles_labels()[0][0], twin.get_legend_handles_labels()[0][0]]
-    twin.legend(handles, [money_label, energy_label], fontsize=7, loc="upper left")
-    axes.set_title("cost per week", fontsize=10)
-    return _svg(figure)
+    chart.label_axis("left", money_label)
+    chart.label_axis("right", energy_label)
+    return chart.render()
 
 
 def _flips(history: History, current: pd.Series, previous: pd.Series | None) -> list[object]:
@@ -297,17 +241,14 @@ def bill_chart(bill: Lifetime) -> str:
     """Every line's bill per week, stacked by part: training, evaluation, serving, declared."""
     weekly = weekly_parts(bill.rows)
     currency = bill.lines[0].currency if bill.lines else ""
-    figure, axes, x = _week_axes(weekly.index)
+    chart = WeekChart(weekly.index.tolist(), "the bill per week, by part")
     bottom = np.zeros(len(weekly))
     for part in PARTS:
         values = weekly[part].to_numpy(dtype=float)
-        axes.bar(x, values, bottom=bottom, color=PART_COLOUR[part], label=part)
+        chart.bars(values.tolist(), PART_COLOUR[part], part, bottom=bottom.tolist())
         bottom += values
-    axes.set_ylabel(f"money ({currency})", fontsize=8)
-    _plain_y(axes)
-    axes.legend(fontsize=7, loc="upper left")
-    axes.set_title("the bill per week, by part", fontsize=10)
-    return _svg(figure)
+    chart.label_axis("left", f"money ({currency})")
+    return chart.render()
 
 
 def _bill_section(bill: Lifetime | None) -> list[str]:
