@@ -81,6 +81,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     return ByUnitOfWork(config, log)
 
 
+@pytest.fixture(scope="session")
+def prefect_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Prefect database migrated once per test run; copy it (``tests.prefect_database.seed``)."""
+    from tests.prefect_database import migrated_database
+
+    return migrated_database(tmp_path_factory)
+
+
 @pytest.fixture(autouse=True)
 def not_in_github_actions(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test runs as outside GitHub Actions, even where the suite runs inside it.

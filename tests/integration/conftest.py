@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,9 @@ from tests.integration.prefect_server import (
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, prefect_database: Path
+) -> Iterator[dict[str, str]]:
     """`prefect server start` on a free loopback port, with prefect.yaml deployed, and a process
     worker polling the gpu pool's default queue (as `make worker` runs one); their env.
 
@@ -25,7 +28,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
     """
     folder = tmp_path_factory.mktemp("prefect-server")
     with (
-        prefect_server(folder) as env,
+        prefect_server(folder, database=prefect_database) as env,
         workers(
             {**env, "PREFECT_WORKER_QUERY_SECONDS": "2"},
             folder,

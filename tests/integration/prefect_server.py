@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from tests.prefect_database import seed
+
 ROOT = Path(__file__).parents[2]
 PREFECT = str(Path(sys.executable).parent / "prefect")
 STARTUP_TIMEOUT_S = 120
@@ -70,9 +72,18 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 @contextmanager
 def prefect_server(
-    folder: Path, extra_env: Mapping[str, str] | None = None, *, deploy: bool = True
+    folder: Path,
+    extra_env: Mapping[str, str] | None = None,
+    *,
+    deploy: bool = True,
+    database: Path | None = None,
 ) -> Iterator[dict[str, str]]:
-    """`prefect server start` on a free loopback port (and prefect.yaml deployed); yields its env."""
+    """`prefect server start` on a free loopback port (and prefect.yaml deployed); yields its env.
+
+    ``database``: a migrated database to start from (the ``prefect_database`` fixture's), copied.
+    """
+    if database is not None:
+        seed(folder / "prefect-home", database)
     port = free_port()
     env = {
         **os.environ,

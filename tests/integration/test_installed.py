@@ -152,7 +152,7 @@ def edit(path: Path, old: str, new: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
+def team(tmp_path_factory: pytest.TempPathFactory, prefect_database: Path) -> Iterator[Team]:
     """A team's repository set up with the installed wheel, against its own Prefect server.
 
     Its own server, not the shared one: deploying the team's prefect.yaml replaces deployments
@@ -164,7 +164,7 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     folder = base / "team-repo"
     folder.mkdir()
     (base / "server").mkdir()
-    with prefect_server(base / "server", deploy=False) as server:
+    with prefect_server(base / "server", deploy=False, database=prefect_database) as server:
         yield Team(folder, python, team_env(server, base / "venv", folder), wheel)
 
 

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from tests.integration.prefect_server import ROOT, api, wait_healthy
+from tests.prefect_database import seed
 
 pytestmark = pytest.mark.integration
 
@@ -61,11 +62,14 @@ def _alive(process: psutil.Process) -> bool:
     ],
 )
 def test_a_killed_run_takes_its_temporary_server_with_it(
-    tmp_path: Path, how: Callable[[subprocess.Popen[bytes]], None], exits_within_s: float
+    tmp_path: Path,
+    how: Callable[[subprocess.Popen[bytes]], None],
+    exits_within_s: float,
+    prefect_database: Path,
 ) -> None:
     """`evalsentry demo` killed mid-flow by SIGKILL, or by Ctrl-C, ends in seconds and leaves no server."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DO_NOT_TRACK"))}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    env["PREFECT_HOME"] = str(seed(tmp_path / "prefect-home", prefect_database).parent)
     log = tmp_path / "demo.log"
     with log.open("w") as out:
         run = subprocess.Popen(
