@@ -108,8 +108,13 @@ def evaluate_parser() -> argparse.ArgumentParser:
     parse = argparse.ArgumentParser(
         prog="evalsentry evaluate", description=EVALUATE_HELP, epilog=EVALUATE_EPILOG
     )
-    parse.add_argument(
-        "--checkpoint", metavar="FILE", type=Path, required=True, help="Checkpoint to evaluate."
+    which = parse.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoint", metavar="FILE", type=Path, help="Checkpoint to evaluate.")
+    which.add_argument(
+        "--version",
+        metavar="N",
+        type=int,
+        help="A registered version of MODEL to evaluate (a candidate, or a serving variant).",
     )
     parse.add_argument(
         "--model",
@@ -199,12 +204,16 @@ def evaluate(argv: Sequence[str]) -> int:
     args = _parse(evaluate_parser(), argv)
     if isinstance(args, int):
         return args
-    title = f"{args.model} candidate {args.checkpoint.name}"
+    title = f"{args.model} candidate " + (
+        args.checkpoint.name if args.checkpoint is not None else f"v{args.version}"
+    )
     review = review_of(args, "evaluate", args.evalset or [], title)
     with reported(review):
         from evalsentry.evaluation.candidate import candidate_evalsets, evaluate_candidate
 
         settings, history = project(args.config)
+        if args.checkpoint is None:
+            args.checkpoint = registered_file(settings, args.model, args.version)
         names = candidate_evalsets(
             args.model, settings, history, args.evalset, new_model=args.new_model
         )
@@ -230,6 +239,24 @@ def evaluate(argv: Sequence[str]) -> int:
             history=history,
             html=html,
         )
+
+
+def registered_file(settings: Config, model: str, version: int) -> Path:
+    """The file registered as ``model`` version ``version`` (a local registry's).
+
+    Raises:
+        NotRegistered, VersionNotRegistered: with a did-you-mean.
+        UsageError: the file lives on remote storage (pass a local copy with --checkpoint).
+    """
+    from evalsentry.checkpoints.registry import Registry
+
+    entry = Registry(settings.registry_url).show(model, version)
+    if "://" in entry.uri:
+        raise UsageError(
+            f"--version {version}: {entry.ref} is stored at {entry.uri}; copy it here and pass "
+            "it with --checkpoint (evaluate reads a local file)"
+        )
+    return Path(entry.uri)
 
 
 #: The commands ``evalsentry.cli.main`` runs without Typer, by name.

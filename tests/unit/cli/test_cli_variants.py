@@ -84,12 +84,18 @@ def test_a_variant_is_built_from_its_parent_listed_under_it_and_evaluated(
         ["toy@v3", "v1", "bf16"],
     ]
 
-    code = main(["evaluate", "--checkpoint", variant.uri, "--model", "toy"])
+    # Production's week, then the variant as a candidate against it, named by its version.
+    assert main(["run", "--week", "2026-W40"]) == 0
+    capsys.readouterr()
+    code = main(["evaluate", "--model", "toy", "--version", "2"])
     out = capsys.readouterr().out
     assert code == 0, out
+    assert re.search(r"toy@v2 +toy +accuracy +production \(2026-W40\)", out), out
     evaluations = History(str(project / "store")).evaluations(include_superseded=True)
-    row = evaluations.iloc[-1]
+    row = evaluations[evaluations["version"] == 2].iloc[-1]
     assert row["status"] == "ok" and row["checkpoint_sha256"] == variant.sha256
+    production = evaluations[evaluations["version"] == 1].iloc[-1]
+    assert abs(row["examples_per_s"]) > 0 and production["status"] == "ok"
 
 
 @pytest.mark.parametrize(
@@ -102,7 +108,7 @@ def test_a_variant_is_built_from_its_parent_listed_under_it_and_evaluated(
         ),
         (["--variant-of", "toy@v1"], "--variant-of MODEL@vN and --transform NAME go together"),
         (["--variant-of", "toy", "--transform", "fp16"], "--variant-of: 'toy' names no version"),
-        (["--variant-of", "toy@v9", "--transform", "fp16"], "toy"),
+        (["--variant-of", "toy@v9", "--transform", "fp16"], "toy@v9 is not registered; toy has v1"),
         (
             ["--variant-of", "toy@v1", "--transform", "fp16", "--model", "other"],
             "--model other differs from the line of --variant-of toy@v1",
@@ -150,3 +156,19 @@ def test_show_prints_the_pinned_transform(
     assert "training_cost" not in shown["lineage"]  # the parent's training bill, not the variant's
     parent = Registry(str(project / "registry")).show("toy", 1)
     assert parent.lineage["training_cost"]["cost"] == 0.01
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--version", "9"], "toy@v9 is not registered; toy has v1"),
+        (["--version", "1", "--checkpoint", "x.pt"], "not allowed with argument"),
+        ([], "one of the arguments --checkpoint --version is required"),
+    ],
+    ids=["no-such-version", "both", "neither"],
+)
+def test_evaluate_names_its_checkpoint_by_file_or_version_not_both(
+    project: Path, capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    assert main(["evaluate", "--model", "toy", *args]) == 2
+    assert said in capsys.readouterr().err
