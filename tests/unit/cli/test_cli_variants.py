@@ -52,7 +52,7 @@ def test_a_variant_is_built_from_its_parent_listed_under_it_and_evaluated(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """int8 of v1 becomes v2: the parent's lineage, the transform pinned, a copy kept; the
-    variant evaluated against production (v1) holds its quality."""
+    variant evaluated against production (v1) holds its quality; promoted, it is timed."""
     assert main(["register", "--variant-of", "toy@v1", "--transform", "dynamic-int8"]) == 0
     said = capsys.readouterr().out
     assert re.match(
@@ -96,6 +96,17 @@ def test_a_variant_is_built_from_its_parent_listed_under_it_and_evaluated(
     assert row["status"] == "ok" and row["checkpoint_sha256"] == variant.sha256
     production = evaluations[evaluations["version"] == 1].iloc[-1]
     assert abs(row["examples_per_s"]) > 0 and production["status"] == "ok"
+
+    # Promoted, the week's paired timing loads both in one child, the variant transformed.
+    assert main(["registry", "promote", "toy", "2"]) == 0
+    assert main(["run", "--week", "2026-W41"]) in (0, 1)  # a slower variant is a WARN
+    capsys.readouterr()
+    assert main(["gate", "--week", "2026-W41"]) in (0, 1)
+    out = capsys.readouterr().out
+    row_re = re.compile(r"toy@v2 +toy +microseconds_per_example +previous-week \(2026-W40\)")
+    timed = [line for line in out.splitlines() if row_re.search(line)]
+    assert len(timed) == 1, out
+    assert re.search(r"\d+\.\d+x the time per example of v1 on cpu", timed[0]), timed[0]
 
 
 @pytest.mark.parametrize(
