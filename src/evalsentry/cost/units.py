@@ -17,6 +17,8 @@ SMALLEST_SHOWN = 0.001  # of the smallest unit; below it, "< 0.001 µWh"
 MONEY_FLOOR = 0.000001  # below it, "< 0.000001 USD"
 MONEY_CENTS = 0.01  # from here up, two decimals; below, two significant digits
 MONEY_SIGNIFICANT = 2
+#: A month of serving at a declared daily traffic: the mean month of the Gregorian year.
+DAYS_PER_MONTH = 365.25 / 12
 
 #: (suffix, size in the base unit, first number that belongs to the next unit), smallest first.
 Scale = Sequence[tuple[str, float, float]]

@@ -92,9 +92,19 @@ def _microseconds(seconds: float) -> str:
 
 
 def slowdown_comparison(
-    pair: TimingPair, timing: PairedTiming | None, threshold: float, error: str = ""
+    pair: TimingPair,
+    timing: PairedTiming | None,
+    threshold: float,
+    error: str = "",
+    *,
+    serving: ServingBill | None = None,
 ) -> Comparison:
-    """The WARN (or PASS) of one pair's paired timing; a WARN saying so when it could not run."""
+    """The WARN (or PASS) of one pair's paired timing; a WARN saying so when it could not run.
+
+    Slower beyond ``threshold`` in all rounds but one is a WARN; faster by as much, just as
+    consistently, is a PASS that says the version is cheaper. ``serving`` (the line's declared
+    traffic) adds what a month of it costs with each version.
+    """
     from evalsentry.gate.pairs import owner
 
     previous = pair.reference
@@ -116,17 +126,23 @@ def slowdown_comparison(
     before, now = timing.per_example()
     slower = sum(ratio > 1 + threshold / 2 for ratio in timing.ratios)
     flagged = timing.ratio > 1 + threshold and slower >= len(timing.ratios) - 1
+    faster = sum(ratio < 1 - threshold / 2 for ratio in timing.ratios)
+    cheaper = timing.ratio < 1 - threshold and faster >= len(timing.ratios) - 1
+    bill = f"; {serving.change(before, now)}" if serving is not None else ""
     measured = (
         f"{timing.ratio:.2f}x the time per example of v{previous['version']} on {timing.device} "
         f"({_microseconds(now)} vs {_microseconds(before)}; median of {len(timing.ratios)} paired "
-        f"rounds over {timing.examples:,} examples, {slower} slower by over "
-        f"{threshold / 2:.0%})"
+        f"rounds over {timing.examples:,} examples, "
+        + (f"{faster} faster" if cheaper else f"{slower} slower")
+        + f" by over {threshold / 2:.0%})"
     )
     return Comparison(
         **base,
         verdict=Verdict.WARN if flagged else Verdict.PASS,
-        reason=f"{measured}; serving costs {timing.ratio:.2f}x as much"
+        reason=f"{measured}; serving costs {timing.ratio:.2f}x as much{bill}"
         if flagged
+        else f"cheaper: {measured}; serving costs {timing.ratio:.2f}x as much{bill}"
+        if cheaper
         else f"no slowdown: {measured}",
         reference_value=before * 1e6,
         value=now * 1e6,
@@ -183,8 +199,47 @@ def check_slowdowns(
                 )
             )
             continue
-        found.append(slowdown_comparison(pair, answer.result, config.cost.slowdown_warn))
+        found.append(
+            slowdown_comparison(
+                pair,
+                answer.result,
+                config.cost.slowdown_warn,
+                serving=_serving_bill(config, row["model"], answer.result.device),
+            )
+        )
     return found
+
+
+@dataclass(frozen=True)
+class ServingBill:
+    """A line's declared traffic at its device's price: what a month of serving costs."""
+
+    requests_per_day: float
+    per_device_hour: float
+    currency: str
+
+    def month(self, seconds_per_example: float) -> float:
+        """The money a month of the traffic costs at ``seconds_per_example``."""
+        from evalsentry.cost.units import DAYS_PER_MONTH
+
+        hours = seconds_per_example * self.requests_per_day * DAYS_PER_MONTH / 3600
+        return hours * self.per_device_hour
+
+    def change(self, before_s: float, now_s: float) -> str:
+        """``at 100,000 requests/day: 0.41 -> 0.25 USD/month``."""
+        from evalsentry.cost.units import money
+
+        before, now = money(self.month(before_s), ""), money(self.month(now_s), self.currency)
+        return f"at {self.requests_per_day:,.0f} requests/day: {before} -> {now}/month"
+
+
+def _serving_bill(config: Config, model: str, device: str) -> ServingBill | None:
+    """The line's serving bill on ``device`` (``cuda:0`` is priced as ``cuda``); None without traffic."""
+    traffic = config.traffic.get(model)
+    if traffic is None:
+        return None
+    price = config.cost.per_device_hour.get(device.split(":", maxsplit=1)[0], 0.0)
+    return ServingBill(traffic.requests_per_day, price, config.cost.currency)
 
 
 def _load_arguments(target: Target, config: Config) -> dict[str, Any]:

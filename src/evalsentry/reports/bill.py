@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from evalsentry.cost.units import DAYS_PER_MONTH
 from evalsentry.names import WEEKLY_RUN
 from evalsentry.weeks import iso_week, week_start, weeks_in_order, weeks_up_to
 
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 
 PARTS = ("training", "evaluation", "serving", "declared")
 SHARED = "shared"
-DAYS_PER_MONTH = 365.25 / 12
 WEEKS_PER_MONTH = DAYS_PER_MONTH / 7
 COLUMNS = ("model", "week", "part", "cost", "energy_kwh", "co2_kg", "tokens")
 

@@ -11,7 +11,7 @@ import torch
 from evalsentry.evalsets.evalset import load_evalset
 from evalsentry.evaluation.pipeline import Outcome
 from evalsentry.evaluation.speed import PairedTiming, time_pair
-from evalsentry.evaluation.timing import TimingPair, slowdown_comparison
+from evalsentry.evaluation.timing import ServingBill, TimingPair, slowdown_comparison
 from evalsentry.gate.verdicts import Verdict
 from tests.models import SlowNet, TinyNet
 
@@ -62,6 +62,29 @@ def test_consistently_slower_rounds_are_a_warn_with_the_numbers() -> None:
 def test_noise_or_a_small_slowdown_is_no_warn(current: list[float]) -> None:
     comparison = slowdown_comparison(timing_pair(), _timing(current), THRESHOLD)
     assert comparison.verdict == Verdict.PASS and comparison.reason.startswith("no slowdown: ")
+
+
+def test_consistently_faster_rounds_say_cheaper_and_what_a_month_of_traffic_costs() -> None:
+    """0.6x the time in all rounds but one: a PASS that says cheaper, and the month at traffic."""
+    serving = ServingBill(requests_per_day=100_000, per_device_hour=3.0, currency="USD")
+    comparison = slowdown_comparison(
+        timing_pair(), _timing([0.6] * 6 + [1.1]), THRESHOLD, serving=serving
+    )
+    assert comparison.verdict == Verdict.PASS
+    assert comparison.reason.startswith(
+        "cheaper: 0.60x the time per example of v1 on cpu (600 µs vs 1,000 µs; median of 7 "
+        "paired rounds over 1,000 examples, 6 faster by over 12%)"
+    )
+    # 1 ms an example, 100,000 a day for 30.4375 days: 0.845 hours at 3 USD, 2.54 USD; 0.6x: 1.52.
+    assert comparison.reason.endswith(
+        "serving costs 0.60x as much; at 100,000 requests/day: 2.54 -> 1.52 USD/month"
+    )
+    assert serving.month(0.001) == pytest.approx(0.001 * 100_000 * 365.25 / 12 / 3600 * 3.0)
+
+
+def test_faster_in_only_some_rounds_is_not_called_cheaper() -> None:
+    comparison = slowdown_comparison(timing_pair(), _timing([0.6] * 5 + [1.0] * 2), THRESHOLD)
+    assert comparison.reason.startswith("no slowdown: ")
 
 
 def test_a_timing_that_could_not_run_says_so() -> None:

@@ -1,0 +1,79 @@
+"""A serving variant through the weekly flow: registered, listed, evaluated, promoted, timed."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from evalsentry.checkpoints.checkpoint import load_checkpoint
+from evalsentry.checkpoints.registry import Registry
+from evalsentry.cli import main
+from evalsentry.history.store import History
+from tests.models import TRUST
+from tests.unit.cli.test_cli_variants import project
+
+__all__ = ["project"]  # the fixture: toy@v1 registered as production
+
+
+def test_a_variant_is_built_from_its_parent_listed_under_it_and_evaluated(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """int8 of v1 becomes v2: the parent's lineage, the transform pinned, a copy kept; the
+    variant evaluated against production (v1) holds its quality; promoted, it is timed."""
+    assert main(["register", "--variant-of", "toy@v1", "--transform", "dynamic-int8"]) == 0
+    said = capsys.readouterr().out
+    assert re.match(
+        r"registered toy@v2 \(candidate\): dynamic-int8 variant of toy@v1, sha256 ", said
+    )
+    registry = Registry(str(project / "registry"))
+    parent, variant = registry.show("toy", 1), registry.show("toy", 2)
+    assert variant.lineage["model"] == {**parent.lineage["model"], "transform": "dynamic-int8"}
+    assert variant.lineage["variant_of"] == {"version": 1, "sha256": parent.sha256}
+    for field in ("git_sha", "data_sha", "config", "seed", "timestamp_utc"):
+        assert variant.lineage[field] == parent.lineage[field]
+    assert variant.uri.startswith(str(project / "registry" / "toy" / "artifacts"))
+    loaded = load_checkpoint(variant.uri, trust=TRUST, expected_sha256=variant.sha256)
+    assert loaded.model.body[0].weight.qdata.dtype == torch.int8  # type: ignore[union-attr, index]
+
+    # The transform is deterministic: asked again, the same file is found, nothing registered.
+    assert main(["register", "--variant-of", "toy@v1", "--transform", "dynamic-int8"]) == 0
+    assert capsys.readouterr().out.startswith(
+        "toy@v2 is already the dynamic-int8 variant of toy@v1"
+    )
+    assert main(["register", "--variant-of", "toy@v1", "--transform", "bf16"]) == 0
+    capsys.readouterr()
+
+    assert main(["registry", "list"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if "toy@v" in line]
+    assert [(r[0], r[1:3]) for r in rows[:1]] == [("toy@v1", ["production", "toy"])]
+    assert [r[:3] for r in rows[1:]] == [
+        ["toy@v2", "v1", "dynamic-int8"],
+        ["toy@v3", "v1", "bf16"],
+    ]
+
+    # Production's week, then the variant as a candidate against it, named by its version.
+    assert main(["run", "--week", "2026-W40"]) == 0
+    capsys.readouterr()
+    code = main(["evaluate", "--model", "toy", "--version", "2"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert re.search(r"toy@v2 +toy +accuracy +production \(2026-W40\)", out), out
+    evaluations = History(str(project / "store")).evaluations(include_superseded=True)
+    row = evaluations[evaluations["version"] == 2].iloc[-1]
+    assert row["status"] == "ok" and row["checkpoint_sha256"] == variant.sha256
+    production = evaluations[evaluations["version"] == 1].iloc[-1]
+    assert abs(row["examples_per_s"]) > 0 and production["status"] == "ok"
+
+    # Promoted, the week's paired timing loads both in one child, the variant transformed.
+    assert main(["registry", "promote", "toy", "2"]) == 0
+    assert main(["run", "--week", "2026-W41"]) in (0, 1)  # a slower variant is a WARN
+    capsys.readouterr()
+    assert main(["gate", "--week", "2026-W41"]) in (0, 1)
+    out = capsys.readouterr().out
+    row_re = re.compile(r"toy@v2 +toy +microseconds_per_example +previous-week \(2026-W40\)")
+    timed = [line for line in out.splitlines() if row_re.search(line)]
+    assert len(timed) == 1, out
+    assert re.search(r"\d+\.\d+x the time per example of v1 on cpu", timed[0]), timed[0]
