@@ -5,28 +5,23 @@ See :mod:`evalsentry.checkpoints.variants` for the transforms and how a variant 
 
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 
 from evalsentry.checkpoints.checkpoint import load_checkpoint
 from evalsentry.checkpoints.registry import Registration, Registry
 from evalsentry.checkpoints.safetensors_file import SUFFIX, safetensors_bytes
-from evalsentry.checkpoints.variants import apply_transform, check_transform, portable_state
+from evalsentry.checkpoints.variants import (
+    apply_transform,
+    check_transform,
+    parse_ref,
+    portable_state,
+)
 from evalsentry.errors import UsageError
 from evalsentry.trust import Trust
 
 #: Lineage fields a variant does not take from its parent: training cost is the parent's bill.
 NOT_INHERITED = ("training_cost", "variant_of")
-_REF = re.compile(r"(?P<model>[^@\s]+)@v(?P<version>[1-9]\d*)")
-
-
-def parse_ref(ref: str, where: str = "--variant-of") -> tuple[str, int]:
-    """``("digits", 2)`` from ``digits@v2``; a one-line refusal for anything else."""
-    match = _REF.fullmatch(ref.strip())
-    if match is None:
-        raise UsageError(f"{where}: {ref!r} names no version; write MODEL@vN (e.g. digits@v2)")
-    return match["model"], int(match["version"])
 
 
 def register_variant(

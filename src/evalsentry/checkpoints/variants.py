@@ -20,6 +20,7 @@ file or in safetensors, read with ``weights_only=True`` like every checkpoint.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -205,3 +206,14 @@ def load_portable_state(model: torch.nn.Module, state: Mapping[str, Any], path: 
 
 def _described(tensor: torch.Tensor) -> str:
     return f"{str(tensor.dtype).removeprefix('torch.')} {list(tensor.shape)}"
+
+
+_REF = re.compile(r"(?P<model>[^@\s]+)@v(?P<version>[1-9]\d*)")
+
+
+def parse_ref(ref: object, where: str = "--variant-of") -> tuple[str, int]:
+    """``("digits", 2)`` from ``digits@v2``; a one-line refusal for anything else."""
+    match = _REF.fullmatch(ref.strip()) if isinstance(ref, str) else None
+    if match is None:
+        raise UsageError(f"{where}: {ref!r} names no version; write MODEL@vN (e.g. digits@v2)")
+    return match["model"], int(match["version"])

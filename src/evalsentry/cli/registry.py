@@ -131,8 +131,8 @@ def _register_variant(
 ) -> None:
     """Register the serving variant ``transform`` of ``variant_of`` and say what it is."""
     from evalsentry.checkpoints.registry import Registry
-    from evalsentry.checkpoints.variant_registry import parse_ref, register_variant
-    from evalsentry.checkpoints.variants import check_transform
+    from evalsentry.checkpoints.variant_registry import register_variant
+    from evalsentry.checkpoints.variants import check_transform, parse_ref
 
     if variant_of is None or transform is None:
         raise UsageError(
