@@ -45,9 +45,11 @@ def register_variant(
     parent = registry.show(model, version)
     pinned = parent.lineage["model"]
     if pinned.get("transform") is not None:
+        made = parent.lineage.get("variant_of")
+        source = f" (v{made['version']})" if isinstance(made, dict) and "version" in made else ""
         raise UsageError(
             f"--variant-of: {parent.ref} is itself a {pinned['transform']} variant; make "
-            f"variants of the float version it came from (v{parent.lineage['variant_of']['version']})"
+            f"variants of the float version it came from{source}"
         )
     for entry in registry.list(model):
         made = entry.lineage.get("variant_of")

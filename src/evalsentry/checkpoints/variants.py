@@ -19,6 +19,7 @@ file or in safetensors, read with ``weights_only=True`` like every checkpoint.
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 from collections.abc import Mapping
@@ -64,6 +65,11 @@ def apply_transform(model: torch.nn.Module, name: str) -> torch.nn.Module:
     if name == "dynamic-int8":
         quantize_, config = _torchao()
         quantize_(model, config())
+        if not any(_parts(value) for value in model.state_dict().values()):
+            raise UsageError(
+                f"dynamic-int8: {type(model).__name__} has no nn.Linear to quantize "
+                "(convolutions, recurrent layers and embeddings stay float); try bf16"
+            )
         return model
     import torch
 
@@ -118,10 +124,15 @@ def _cast(value: Any, dtype: torch.dtype) -> Any:
 
     if isinstance(value, torch.Tensor):
         return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*(_cast(v, dtype) for v in value))
     if isinstance(value, tuple | list):
         return type(value)(_cast(v, dtype) for v in value)
-    if isinstance(value, dict):
-        return {k: _cast(v, dtype) for k, v in value.items()}
+    if isinstance(value, dict):  # a dict subclass (an output class) keeps its class
+        cast = copy.copy(value)
+        for key, item in value.items():
+            cast[key] = _cast(item, dtype)
+        return cast
     return value
 
 

@@ -249,6 +249,8 @@ def registered_file(settings: Config, model: str, version: int) -> Path:
         UsageError: the file lives on remote storage (pass a local copy with --checkpoint).
     """
     from evalsentry.checkpoints.registry import Registry
+    from evalsentry.errors import CheckpointChanged
+    from evalsentry.storage import sha256_file
 
     entry = Registry(settings.registry_url).show(model, version)
     if "://" in entry.uri:
@@ -256,7 +258,11 @@ def registered_file(settings: Config, model: str, version: int) -> Path:
             f"--version {version}: {entry.ref} is stored at {entry.uri}; copy it here and pass "
             "it with --checkpoint (evaluate reads a local file)"
         )
-    return Path(entry.uri)
+    path = Path(entry.uri)
+    found = sha256_file(path)[0] if path.is_file() else None
+    if found is not None and found != entry.sha256:
+        raise CheckpointChanged(path, entry.sha256, found)
+    return path
 
 
 #: The commands ``evalsentry.cli.main`` runs without Typer, by name.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from evalsentry.errors import EvalsentryError, UsageError
 
 if TYPE_CHECKING:
+    from evalsentry.checkpoints.registry import RegistryEntry
     from evalsentry.config import Config
     from evalsentry.evaluation.pipeline import Outcome, Target
     from evalsentry.gate.week import Comparison, GateReport
@@ -127,12 +128,16 @@ def _candidate_target(model: str, checkpoint: Path, registry_url: str | None = N
         sha = sha256_file(path)[0]
     except OSError:  # missing or unreadable: the evaluation says so, as its error row
         sha = None
-    return Target(
-        model, str(path), version=_registered_version(model, sha, registry_url), sha256=sha
-    )
+    entry = _registered_entry(model, sha, registry_url)
+    if entry is None:
+        return Target(model, str(path), sha256=sha)
+    # A registered file loads as its entry pinned it: factory, kwargs, transform, lineage.
+    return Target(model, str(path), version=entry.version, sha256=sha, lineage=entry.lineage)
 
 
-def _registered_version(model: str, sha: str | None, registry_url: str | None) -> int | None:
+def _registered_entry(
+    model: str, sha: str | None, registry_url: str | None
+) -> RegistryEntry | None:
     """The version of ``model`` registered with these bytes, if any (None when unknown)."""
     from evalsentry.checkpoints.registry import Registry
 
@@ -142,7 +147,7 @@ def _registered_version(model: str, sha: str | None, registry_url: str | None) -
         entries = Registry(registry_url).list(model)
     except (EvalsentryError, OSError):  # an unreadable registry names no version
         return None
-    return next((e.version for e in entries if e.sha256 == sha), None)
+    return next((e for e in entries if e.sha256 == sha), None)
 
 
 def evaluate_candidate(

@@ -236,9 +236,9 @@ class ServingBill:
 def _serving_bill(config: Config, model: str, device: str) -> ServingBill | None:
     """The line's serving bill on ``device`` (``cuda:0`` is priced as ``cuda``); None without traffic."""
     traffic = config.traffic.get(model)
-    if traffic is None:
+    price = config.cost.per_device_hour.get(device.split(":", maxsplit=1)[0])
+    if traffic is None or price is None:  # no traffic declared, or no price for the device
         return None
-    price = config.cost.per_device_hour.get(device.split(":", maxsplit=1)[0], 0.0)
     return ServingBill(traffic.requests_per_day, price, config.cost.currency)
 
 

@@ -234,6 +234,8 @@ class _Canvas:
         return [f'<path d="{path}" fill="{colour}" fill-opacity="0.35" stroke="none"/>']
 
     def _level(self, side: str, value: float, colour: str) -> list[str]:
+        if not math.isfinite(value):
+            return []
         y = self.y(value, side)
         return [
             f'<path d="M{LEFT} {y:.1f}H{WIDTH - self.right}" stroke="{colour}" '
@@ -248,6 +250,8 @@ class _Canvas:
         ]
 
     def _mark(self, side: str, index: int, value: float, colour: str, cross: bool) -> list[str]:
+        if not math.isfinite(value):
+            return []
         x, y = self.x(index), self.y(value, side)
         if cross:
             d = f"M{x - 5:.1f} {y - 5:.1f}l10 10m0 -10l-10 10"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections import OrderedDict, namedtuple
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from evalsentry.checkpoints.variants import (
     apply_transform,
     portable_state,
 )
-from evalsentry.errors import StateDictMismatch
+from evalsentry.errors import StateDictMismatch, UsageError
 from tests.conftest import _teacher
 from tests.models import TRUST
 
@@ -137,3 +138,41 @@ def test_a_lineage_naming_an_unknown_transform_is_refused_before_anything_is_bui
     torch.save(payload, path)
     with pytest.raises(UnknownTransform, match=r"lineage.model.transform: 'os.system' is not"):
         load_checkpoint(path, trust=TRUST)
+
+
+class ConvOnly(torch.nn.Module):
+    """A model with no nn.Linear: nothing for dynamic-int8 to quantize."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(1, 3, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x.unsqueeze(1)).mean(dim=2)
+
+
+def test_dynamic_int8_of_a_model_without_linear_layers_is_refused_not_a_float_copy() -> None:
+    with pytest.raises(UsageError, match=r"ConvOnly has no nn\.Linear to quantize"):
+        apply_transform(ConvOnly(), "dynamic-int8")
+
+
+Pair = namedtuple("Pair", "logits aux")
+
+
+class TwoOutputs(torch.nn.Module):
+    """TinyNet's logits in a namedtuple and a dict subclass, as structured outputs come."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = float_model()
+
+    def forward(self, x: torch.Tensor) -> tuple[Pair, OrderedDict[str, torch.Tensor]]:
+        logits = self.body(x)
+        return Pair(logits, logits * 2), OrderedDict(logits=logits)
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16"])
+def test_half_precision_keeps_structured_outputs_and_casts_them_back(name: str) -> None:
+    pair, mapping = apply_transform(TwoOutputs(), name)(inputs())
+    assert isinstance(pair, Pair) and isinstance(mapping, OrderedDict)
+    assert pair.logits.dtype == pair.aux.dtype == mapping["logits"].dtype == torch.float32

@@ -119,3 +119,38 @@ def test_evaluate_names_its_checkpoint_by_file_or_version_not_both(
 ) -> None:
     assert main(["evaluate", "--model", "toy", *args]) == 2
     assert said in capsys.readouterr().err
+
+
+def test_a_variant_of_a_version_saved_with_its_own_transform_is_refused_in_one_line(
+    project: Path, train_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bf16 checkpoint registered as a version of its own (no variant_of): no KeyError."""
+    from evalsentry.checkpoints.variants import apply_transform
+
+    path = save_checkpoint(
+        apply_transform(_teacher(), "bf16"),  # type: ignore[arg-type]
+        project / "half.pt",
+        metrics={},
+        config={"lr": 0.01},
+        seed=7,
+        data=train_data,
+        factory="tests.models:TinyNet",
+        factory_kwargs=KWARGS,
+        transform="bf16",
+    )
+    assert main(["register", str(path), "--model", "toy"]) == 0
+    assert main(["register", "--variant-of", "toy@v2", "--transform", "dynamic-int8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        "toy@v2 is itself a bf16 variant; make variants of the float version it came from"
+    )
+
+
+def test_evaluate_version_refuses_a_registered_file_changed_since(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--version N evaluates the bytes registered as vN, or nothing."""
+    teacher = project / "teacher.pt"
+    teacher.write_bytes(teacher.read_bytes() + b"\0")
+    assert main(["evaluate", "--model", "toy", "--version", "1"]) == 2
+    assert "changed since registration" in capsys.readouterr().err

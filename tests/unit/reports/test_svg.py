@@ -75,3 +75,13 @@ def test_stacked_bars_start_where_the_part_below_ends() -> None:
     assert len(training) == 2 and len(evaluation) == 2
     for (ty, _), (ey, eh) in zip(training, evaluation, strict=True):
         assert ey + eh == pytest.approx(ty, abs=0.2)  # each evaluation bar sits on its training bar
+
+
+def test_a_missing_value_draws_no_mark_and_no_baseline() -> None:
+    chart = WeekChart(WEEKS[:2], "accuracy")
+    chart.line([0.9, math.nan], "#37474f", "accuracy")
+    chart.level(math.nan, "#1565c0", "baseline 2026-W40")
+    chart.mark(1, math.nan, "#c62828", cross=True)
+    svg = chart.render()
+    ET.fromstring(svg)
+    assert "nan" not in svg.lower()
