@@ -126,18 +126,9 @@ def test_a_variant_of_a_version_saved_with_its_own_transform_is_refused_in_one_l
 ) -> None:
     """A bf16 checkpoint registered as a version of its own (no variant_of): no KeyError."""
     from evalsentry.checkpoints.variants import apply_transform
+    from tests.unit.checkpoints.test_variants import float_model, save
 
-    path = save_checkpoint(
-        apply_transform(_teacher(), "bf16"),  # type: ignore[arg-type]
-        project / "half.pt",
-        metrics={},
-        config={"lr": 0.01},
-        seed=7,
-        data=train_data,
-        factory="tests.models:TinyNet",
-        factory_kwargs=KWARGS,
-        transform="bf16",
-    )
+    path = save(apply_transform(float_model(), "bf16"), project / "half.pt", train_data, "bf16")
     assert main(["register", str(path), "--model", "toy"]) == 0
     assert main(["register", "--variant-of", "toy@v2", "--transform", "dynamic-int8"]) == 2
     err = capsys.readouterr().err.strip()
