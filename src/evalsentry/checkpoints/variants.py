@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from evalsentry.errors import StateDictMismatch, UsageError
@@ -145,6 +145,16 @@ def _parts(tensor: Any) -> list[str] | None:
     return list(names)
 
 
+def _flat(model: torch.nn.Module, *, keep_vars: bool = False) -> Iterator[tuple[str, Any]]:
+    """The model's state as (key, value) pairs, a quantized weight as its parts (``key:part``)."""
+    for key, value in model.state_dict(keep_vars=keep_vars).items():
+        parts = _parts(value)
+        if parts is None:
+            yield key, value
+        else:
+            yield from ((f"{key}{PART}{part}", getattr(value, part)) for part in parts)
+
+
 def portable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The model's weights as plain CPU tensors, a quantized weight as its parts.
 
@@ -156,7 +166,7 @@ def portable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     import torch
 
     state: dict[str, torch.Tensor] = {}
-    for key, value in model.state_dict().items():
+    for key, value in _flat(model):
         if not isinstance(value, torch.Tensor):
             raise StateDictMismatch(
                 type(model).__name__,
@@ -166,12 +176,7 @@ def portable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
                 "torch.ao.quantization cannot be saved; save the float model and register a "
                 "variant (evalsentry register --variant-of MODEL@vN --transform dynamic-int8)",
             )
-        parts = _parts(value)
-        if parts is None:
-            state[key] = value.detach().cpu()
-            continue
-        for part in parts:
-            state[f"{key}{PART}{part}"] = getattr(value, part).detach().cpu()
+        state[key] = value.detach().cpu()
     return state
 
 
@@ -186,13 +191,7 @@ def load_portable_state(model: torch.nn.Module, state: Mapping[str, Any], path: 
     """
     import torch
 
-    targets: dict[str, torch.Tensor] = {}
-    for key, value in model.state_dict(keep_vars=True).items():
-        parts = _parts(value)
-        if parts is None:
-            targets[key] = value
-        else:
-            targets.update({f"{key}{PART}{part}": getattr(value, part) for part in parts})
+    targets = dict(_flat(model, keep_vars=True))
     missing = [k for k in targets if k not in state]
     unexpected = [str(k) for k in state if k not in targets]
     if missing or unexpected:
