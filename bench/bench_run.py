@@ -7,6 +7,8 @@ Three measurements, in one temporary project (the digits evalset, one registered
 - ``evalsentry run`` with Prefect's temporary server (no ``PREFECT_API_URL``): wall and peak RSS;
 - the same against a ``prefect server`` already running (started here, its start timed): wall and
   peak RSS;
+- the peak resident memory of each process of a run against the running server, by role (the
+  flow engine, its evaluation child), and of Prefect's temporary server (``bench.memory``);
 - the running server's record of that flow run: its own span and each task's, summed by task
   name, so the command's seconds split into Python start-up and client set-up (wall minus the
   flow run), the flow engine (the flow run minus its tasks) and each task; the evaluation's own
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from bench.bench_candidate import REPO, project
 from bench.bench_cold_start import timed
+from bench.memory import tree_peaks
 from evalsentry.checkpoints.registry import Registry
 from evalsentry.history.store import History
 from evalsentry.trust import Trust
@@ -103,6 +106,8 @@ def run(rounds: int = 2) -> dict[str, float]:
             seconds, rss = timed(command, str(root), env=temporary_env)
             walls["temporary"].append(seconds)
             peaks["temporary"] = max(peaks["temporary"], rss)
+        temporary = tree_peaks(command, str(root), temporary_env)
+        results["run_temporary_server_process_peak_rss_mib"] = temporary["server"]
         (root / "server").mkdir()
         started = time.perf_counter()
         with prefect_server(root / "server", base, deploy=False) as env:
@@ -113,6 +118,9 @@ def run(rounds: int = 2) -> dict[str, float]:
                 peaks["running"] = max(peaks["running"], rss)
                 for name, value in _spans(env).items():
                     spans[name].append(value)
+            roles = tree_peaks(command, str(root), env)
+        results["run_engine_peak_rss_mib"] = roles["engine"]
+        results["run_evaluation_child_peak_rss_mib"] = roles["evaluation_child"]
         evaluation = History(str(root / "store")).evaluations(include_superseded=True)["wall_s"]
     for kind, values in walls.items():
         results[f"run_{kind}_server_wall_s"] = statistics.median(values)

@@ -26,7 +26,9 @@ run in ``channels_last``; a CUDA out-of-memory error halves the batch and retrie
 
 from __future__ import annotations
 
+import os
 import platform
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -94,8 +96,24 @@ class InferenceResult:
         return len(self.columns["example_id"])
 
 
+#: Where a GPU driver that torch could use shows itself on Linux: NVIDIA's, or ROCm's (whose
+#: devices torch also names ``cuda``).
+GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd")
+
+
+def no_gpu_driver() -> bool:
+    """True on a Linux machine without a GPU driver: ``auto`` is CPU there without asking torch.
+
+    Importing torch only to ask costs a process about 200 MiB: the flow engine, which never runs
+    a model (its evaluation child does), asks this way.
+    """
+    return sys.platform.startswith("linux") and not any(map(os.path.exists, GPU_DRIVER_PATHS))
+
+
 def resolve_device(device: str) -> str:
     """``auto`` means CUDA when available, else CPU; anything else is checked and kept."""
+    if device == "auto" and "torch" not in sys.modules and no_gpu_driver():
+        return "cpu"
     import torch
 
     if device == "auto":

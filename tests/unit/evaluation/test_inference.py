@@ -237,3 +237,35 @@ class TestOutputContract:
         assert line.startswith("ValueError: first second x") and "\n" not in line
         assert len(line) < 320 and line.endswith("…")
         assert exception_line(KeyError()) == "KeyError"
+
+
+_RESOLVE_AUTO = (
+    "import sys\n"
+    "from evalsentry.evaluation import inference\n"
+    "inference.GPU_DRIVER_PATHS = tuple(sys.argv[1:])\n"
+    "print(inference.resolve_device('auto'), 'torch' in sys.modules)\n"
+)
+
+
+def _resolve_auto_in_fresh_process(*driver_paths: str) -> list[str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _RESOLVE_AUTO, *driver_paths],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.split()
+
+
+def test_auto_device_on_a_machine_without_gpu_driver_does_not_import_torch(tmp_path: Path) -> None:
+    # The flow engine resolves ``auto`` only to tag GPU work; torch would cost it ~200 MiB.
+    assert _resolve_auto_in_fresh_process(str(tmp_path / "no-driver")) == ["cpu", "False"]
+
+
+def test_auto_device_asks_torch_where_a_gpu_driver_shows(tmp_path: Path) -> None:
+    device, imported = _resolve_auto_in_fresh_process(str(tmp_path))  # an existing path
+    assert imported == "True"
+    assert device == ("cuda" if torch.cuda.is_available() else "cpu")
