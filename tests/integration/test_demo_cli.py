@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +46,24 @@ def test_demo_tells_the_story_without_a_traceback(tmp_path: Path) -> None:
     assert History(store).evaluations()["version"].tolist() == [1, 2, 3]
     assert "Traceback" not in output, output
     assert "telemetry" not in output.lower(), output
+    # Model or data? The evalset's own labels are not why week 3 failed: few suspects, if any.
+    gate = subprocess.run(
+        [EVALSENTRY, "gate"], cwd=tmp_path / "demo", env=env, capture_output=True, text=True
+    )
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    said = re.search(
+        r"label-error suspects: digits@v3 on digits: (\d+) of (\d+) newly wrong examples are "
+        r"label-error suspects \((\d+) in digits, from 3 checkpoint\(s\)",
+        gate.stderr,  # a failed week's details
+    )
+    assert said is not None, gate.stderr
+    assert int(said[1]) <= int(said[3]) <= 7  # under 1% of the evalset's 719 examples
+    suspects = subprocess.run(
+        [EVALSENTRY, "evalset", "suspects", "digits"],
+        cwd=tmp_path / "demo",
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert suspects.returncode == 0, suspects.stderr
+    assert suspects.stdout.startswith(f"label-error suspects in digits: {said[3]} of 719 ")

@@ -1,4 +1,4 @@
-"""evalset freeze|verify|list|show."""
+"""evalset freeze|verify|seal|list|show|suspects."""
 
 from __future__ import annotations
 
@@ -305,3 +305,47 @@ def _print_resolution(settings: Config, name: str, *, measured: bool, prefix: st
     for resolution in found:
         if resolution.too_fine:
             echo(f"warning: {resolution.warning()}", err=True)
+
+
+@evalset_app.command("suspects")
+def evalset_suspects(
+    name: Annotated[str, typer.Argument(help="Evalset name (a folder under evalsets/).")],
+    output: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    config: ConfigOption = None,
+) -> None:
+    """List the examples whose given label the evaluated checkpoints agree is wrong.
+
+    Found with cleanlab's confident learning from the class probabilities every evaluation of
+    the evalset's current content keeps (classification and multi-label evalsets), most
+    suspect first. Each is worth a look, not a verdict: nothing is dropped from the gate.
+    """
+    import json
+
+    from evalsentry.cli import ci
+    from evalsentry.evalsets.evalset import load_evalset
+    from evalsentry.gate.suspects import find_suspects
+
+    if output not in ("table", "json"):
+        raise UsageError(f"--format: {output!r} is not table or json")
+    settings, history = ci.project(config)
+    found = find_suspects(history, load_evalset(name, evalsets_dir=settings.evalsets_dir))
+    if output == "json":
+        echo(json.dumps(found.to_dict(), indent=2))
+        return
+    if not found.suspects:
+        echo(found.headline())
+        return
+    rows = [
+        [
+            s.example_id,
+            s.row,
+            s.given,
+            f"{s.given_probability:.3f}",
+            s.agreed,
+            f"{s.confidence:.3f}",
+            f"{s.agreeing} of {len(found.checkpoints)}",
+        ]
+        for s in found.suspects
+    ]
+    columns = ["example", "row", "given", "p(given)", "agreed", "p(agreed)", "checkpoints agreeing"]
+    print_table(found.headline(), columns, rows)

@@ -45,6 +45,7 @@ from evalsentry.evaluation.contract import (
 )
 from evalsentry.evaluation.memory import halved
 from evalsentry.gate.slices import slice_column
+from evalsentry.names import PROBABILITIES
 
 if TYPE_CHECKING:
     import torch
@@ -95,6 +96,10 @@ class InferenceResult:
         """Number of examples evaluated."""
         return len(self.columns["example_id"])
 
+
+#: Each example's probability of every class, kept in the history for up to this many classes
+#: (label-error suspects are found from them: ``evalsentry.gate.suspects``).
+STORED_PROBABILITY_CLASSES = 100
 
 #: Where a GPU driver that torch could use shows itself on Linux: NVIDIA's, or ROCm's (whose
 #: devices torch also names ``cuda``).
@@ -406,6 +411,8 @@ def _fixed_task_columns(
             # Rank of the target among the classes: 0 when it is the top prediction.
             "target_rank": (raw > raw.gather(1, targets[:, None])).sum(dim=1).cpu().numpy(),
         }
+        if raw.shape[1] <= STORED_PROBABILITY_CLASSES:  # what label-error suspects are found from
+            columns[PROBABILITIES] = log_probs.exp().float().cpu().numpy()
     else:
         prediction = raw.reshape(len(raw), -1)[:, 0]
         columns |= {

@@ -5,7 +5,8 @@ they read a classifier's:
 
 - multi-label: ``target`` and ``prediction`` as bit masks (bit ``i``: label ``classes[i]``; a
   logit above 0, or a probability of at least 0.5, predicts it), ``hamming`` (the share of
-  labels right), ``loss`` (mean binary cross-entropy over the labels);
+  labels right), ``loss`` (mean binary cross-entropy over the labels), ``probabilities`` (each
+  label's chance);
 - language modelling: ``loss`` (mean negative log-likelihood per scored token), ``tokens``
   (tokens scored), ``nll_sum``;
 - multiple choice: ``target`` and ``prediction`` (indices among the row's choices), ``loss``
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from evalsentry.errors import NonFiniteOutput
+from evalsentry.names import PROBABILITIES
 
 if TYPE_CHECKING:
     import torch
@@ -57,6 +59,7 @@ def multilabel_columns(raw: torch.Tensor, evalset: Evalset) -> dict[str, np.ndar
         "prediction": (predicted.long() * bits).sum(dim=1).cpu().numpy(),
         "hamming": (predicted == truth).double().mean(dim=1).cpu().numpy(),
         "loss": loss.double().cpu().numpy(),
+        PROBABILITIES: torch.sigmoid(logits).float().cpu().numpy(),
     }
 
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from evalsentry.gate.flips import class_concentration
+from evalsentry.gate.flips import class_concentration, flipped_ids
 from evalsentry.gate.verdicts import Comparison, Reference, Verdict
 from evalsentry.weeks import week_start, weeks_in_order
 
@@ -64,7 +64,8 @@ def lineage_changes(
 ) -> list[str]:
     """For each line a FAIL against the previous week names, what changed since that week.
 
-    ``what changed: ...`` (the lineage) and ``where the flips are: ...`` (their classes).
+    ``what changed: ...`` (the lineage), ``where the flips are: ...`` (their classes) and
+    ``label-error suspects: ...`` (how many of the newly wrong examples are).
     """
     failed = {
         (c.model, c.evalset)
@@ -89,7 +90,25 @@ def lineage_changes(
         )
         if where is not None:
             out.append(f"where the flips are: {model}@v{_version(current)} on {evalset}: {where}")
+        suspects = _suspects_among_flips(history, current, reference)
+        if suspects is not None:
+            out.append(
+                f"label-error suspects: {model}@v{_version(current)} on {evalset}: {suspects}"
+            )
     return list(dict.fromkeys(out))
+
+
+def _suspects_among_flips(
+    history: History, current: Mapping[str, Any], reference: Mapping[str, Any]
+) -> str | None:
+    """How many of the newly wrong examples are label-error suspects, in words.
+
+    cleanlab is imported here, on a FAIL only: never on the gate's path to a PASS.
+    """
+    from evalsentry.gate.suspects import flipped_suspects
+
+    flips = flipped_ids(history, str(current["evaluation_id"]), str(reference["evaluation_id"]))
+    return None if flips is None else flipped_suspects(history, current, flips[0])
 
 
 def _config_change(before: Any, after: Any) -> str | None:

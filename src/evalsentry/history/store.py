@@ -181,7 +181,8 @@ class History(Compaction):
         """Write one evaluation's per-example outputs (committed by the caller's ledger file)."""
         check_name("evaluation id", evaluation_id)
         return self._write(
-            join(self.path, PREDICTIONS, f"{evaluation_id}.parquet"), pa.table(dict(columns))
+            join(self.path, PREDICTIONS, f"{evaluation_id}.parquet"),
+            pa.table({name: _column(values) for name, values in columns.items()}),
         )
 
     def append_comparisons(self, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -323,9 +324,7 @@ class History(Compaction):
                 "damaged file aside and re-run that evaluation's week (until then the gate "
                 "calls it not comparable)"
             ) from None
-        return {
-            name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names
-        }
+        return {name: _array(table.column(name)) for name in table.column_names}
 
     def baseline(self, model: str, weeks: Iterable[object]) -> tuple[str | None, bool]:
         """The baseline week of ``model`` and whether it is pinned.
@@ -433,3 +432,19 @@ def _strings(values: Iterable[str]) -> Any:
     import pyarrow as pa
 
     return pa.array([str(v) for v in values], type=pa.string())
+
+
+def _column(values: np.ndarray) -> pa.Array:
+    """A predictions column: one value per example, or (a 2-D array) one fixed-size list each."""
+    if values.ndim == 2:
+        flat = pa.array(np.ascontiguousarray(values).reshape(-1))
+        return pa.FixedSizeListArray.from_arrays(flat, values.shape[1])
+    return pa.array(values)
+
+
+def _array(column: pa.ChunkedArray) -> np.ndarray:
+    """A stored predictions column as written: a fixed-size list column as a 2-D array."""
+    if pa.types.is_fixed_size_list(column.type):
+        flat = np.asarray(column.combine_chunks().flatten().to_numpy(zero_copy_only=False))
+        return flat.reshape(len(column), column.type.list_size)
+    return np.asarray(column.to_numpy(zero_copy_only=False))

@@ -22,7 +22,7 @@ from evalsentry.history.frames import records
 from evalsentry.history.store import History
 from evalsentry.names import WEEKLY_RUN
 from evalsentry.reports.bill import PARTS, Lifetime, lifetime_table, weekly_parts
-from evalsentry.reports.report import counts_line
+from evalsentry.reports.report import MODEL_OR_DATA, counts_line
 from evalsentry.reports.svg import WeekChart
 from evalsentry.weeks import weeks_up_to
 
@@ -297,6 +297,9 @@ def render_report(
     ]
     if gating:
         body.append(html_table(["verdict", "what"], [[c.verdict, c.describe()] for c in gating]))
+    if report.changes:
+        body.append(f"<h2>{MODEL_OR_DATA}</h2><ul>")
+        body += [f"<li>{esc(change)}</li>" for change in report.changes] + ["</ul>"]
     if bindings:
         body.append("<h2>Model lines</h2>")
         body.append(

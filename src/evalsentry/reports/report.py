@@ -127,6 +127,10 @@ def overview(report: GateReport, shown: Sequence[Comparison]) -> str:
     return text
 
 
+#: The heading of what a FAIL's line changed, where its flips are and how many are on suspects.
+MODEL_OR_DATA = "Model or data?"
+
+
 def gate_markdown(report: GateReport, *, include_slices: bool = True) -> str:
     """A Markdown summary fit for a CI step summary or a Prefect artifact."""
     shown = [c for c in report.comparisons if include_slices or not c.slice]
@@ -141,6 +145,8 @@ def gate_markdown(report: GateReport, *, include_slices: bool = True) -> str:
         return "\n".join([*lines, "Nothing to compare yet."]) + "\n"
     lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(map(md_cell, row)) + " |" for row in comparison_rows(shown)]
+    if report.changes:
+        lines += ["", f"### {MODEL_OR_DATA}", "", *(f"- {md_cell(c)}" for c in report.changes)]
     return "\n".join(lines) + "\n"
 
 

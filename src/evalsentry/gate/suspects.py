@@ -1,0 +1,260 @@
+"""Label-error suspects: examples whose given label the evaluated models agree is wrong.
+
+Found from the history alone. Every evaluation of a classification (or multi-label) evalset
+keeps each example's probability of every class (the ``probabilities`` predictions column, for
+up to 100 classes). For each checkpoint evaluated on the evalset's current content (the same
+``evalset_sha256``), its newest successful evaluation is taken: its outputs are out of sample,
+as the evalset is held out from training. The checkpoints' mean probabilities go to cleanlab's
+confident learning (Northcutt et al. 2021: ``cleanlab.filter.find_label_issues``, pruned by the
+estimated noise rate, ranked by the given label's probability): an example is a suspect where
+its given label is less likely than another class by more than the per-class thresholds the
+data itself sets. Each suspect says the label the models agree on, its mean probability, and
+how many checkpoints put it first.
+
+A suspect is not a label error found, only one worth a look: the verdicts are never computed
+without them unless asked (``evalsentry evalset suspects``; see the README's "Model or data?").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from evalsentry.errors import UsageError
+from evalsentry.names import PROBABILITIES
+
+if TYPE_CHECKING:
+    from evalsentry.evalsets.evalset import Evalset
+    from evalsentry.history.store import History
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_TASKS = ("classification", "multilabel")
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """One example whose given label the models doubt."""
+
+    example_id: str
+    row: int  # its position in the frozen evalset (0-based)
+    given: str
+    agreed: str
+    confidence: float  # the models' mean probability of ``agreed``
+    given_probability: float  # ... and of ``given``
+    agreeing: int  # checkpoints whose own top answer is ``agreed``
+
+
+@dataclass(frozen=True)
+class Suspects:
+    """The suspects of one evalset, and what they were found from."""
+
+    evalset: str
+    examples: int
+    checkpoints: list[str]  # model@vN of each evaluation used
+    without_probabilities: int  # evaluations of the same content recorded without them
+    method: str
+    suspects: list[Suspect]
+
+    def headline(self) -> str:
+        """``12 of 1,797 examples (0.7%) ... from 3 checkpoints (...)``."""
+        share = len(self.suspects) / self.examples if self.examples else 0.0
+        return (
+            f"label-error suspects in {self.evalset}: {len(self.suspects):,} of "
+            f"{self.examples:,} examples ({share:.1%}), from {len(self.checkpoints)} "
+            f"checkpoint(s) ({', '.join(self.checkpoints)}); {self.method}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form."""
+        return {**asdict(self), "suspects": [asdict(s) for s in self.suspects]}
+
+
+@dataclass(frozen=True)
+class Examples:
+    """What suspects are found over: an evalset's identity, task, classes, ids and given labels."""
+
+    name: str
+    sha256: str
+    task: str
+    classes: list[str]
+    ids: np.ndarray
+    targets: np.ndarray  # class indices; for multi-label a bool [N, L] matrix
+
+    @classmethod
+    def of(cls, evalset: Evalset) -> Examples:
+        """A frozen evalset's examples."""
+        spec = evalset.spec
+        classes = [str(c) for c in spec.classes or []]
+        return cls(spec.name, spec.evalset_sha256, spec.task, classes, evalset.ids, evalset.targets)
+
+
+def find_suspects(history: History, evalset: Evalset | Examples) -> Suspects:
+    """The label-error suspects of ``evalset`` from the evaluations the history holds of it.
+
+    Raises:
+        UsageError: the task has no labels to doubt, or no evaluation of this content holds
+            class probabilities.
+    """
+    examples = evalset if isinstance(evalset, Examples) else Examples.of(evalset)
+    if examples.task not in SUPPORTED_TASKS:
+        raise UsageError(
+            f"evalset {examples.name!r} is a {examples.task} evalset: label-error suspects are "
+            f"found for {' and '.join(SUPPORTED_TASKS)} evalsets"
+        )
+    names, probabilities, without = _probabilities(history, examples)
+    if not names:
+        raise UsageError(
+            f"no evaluation of evalset {examples.name!r} (its current content, "
+            f"{examples.sha256[:12]}) holds class probabilities"
+            + (f" ({without} recorded before evalsentry kept them)" if without else "")
+            + "; run the weekly evaluation (evalsentry run), then ask again"
+        )
+    stacked = np.stack(probabilities)  # [checkpoints, N, K]
+    mean = stacked.mean(axis=0, dtype=np.float64)
+    multilabel = examples.task == "multilabel"
+    found = _cleanlab(examples.targets, mean, multilabel=multilabel)
+    describe = _multilabel_suspect if multilabel else _class_suspect
+    return Suspects(
+        evalset=examples.name,
+        examples=len(examples.ids),
+        checkpoints=names,
+        without_probabilities=without,
+        method=f"cleanlab {_cleanlab_version()} confident learning",
+        suspects=[describe(examples, int(i), mean, stacked) for i in found],
+    )
+
+
+def flipped_suspects(
+    history: History, evaluation: Mapping[str, Any], newly_wrong: np.ndarray
+) -> str | None:
+    """``4 of 52 newly wrong examples are label-error suspects ...``, of one evaluation's flips.
+
+    None where none can be found: a task without labels, no stored probabilities, or any
+    failure (this explains a verdict, never makes one).
+    """
+    columns = history.predictions(str(evaluation["evaluation_id"]))
+    if columns is None or PROBABILITIES not in columns or not len(newly_wrong):
+        return None
+    probabilities, target = columns[PROBABILITIES], np.asarray(columns["target"])
+    multilabel = "hamming" in columns  # a multi-label evaluation's labels are bit masks
+    if multilabel:
+        target = (target[:, None] >> np.arange(probabilities.shape[1])) & 1 == 1
+    examples = Examples(
+        name=str(evaluation["evalset"]),
+        sha256=str(evaluation["evalset_sha256"]),
+        task="multilabel" if multilabel else "classification",
+        classes=[str(i) for i in range(probabilities.shape[1])],
+        ids=np.asarray(columns["example_id"]).astype(str),
+        targets=target,
+    )
+    try:
+        found = find_suspects(history, examples)
+    except Exception as exc:  # noqa: BLE001 - an explanation that cannot be given is left out
+        log.warning("label-error suspects of %s not found: %s", examples.name, exc)
+        return None
+    suspect_ids = {s.example_id for s in found.suspects}
+    hits = sum(str(e) in suspect_ids for e in newly_wrong)
+    return (
+        f"{hits} of {len(newly_wrong)} newly wrong examples are label-error suspects "
+        f"({len(found.suspects)} in {examples.name}, from {len(found.checkpoints)} checkpoint(s): "
+        f"evalsentry evalset suspects {examples.name})"
+    )
+
+
+def _probabilities(history: History, examples: Examples) -> tuple[list[str], list[Any], int]:
+    """Each checkpoint's newest successful evaluation of these examples' content.
+
+    A week re-run since is included (its outputs are still that checkpoint's). Returns the
+    checkpoints' names, their [N, K] arrays in the examples' order, and how many such
+    evaluations hold no probabilities.
+    """
+    frame = history.evaluations(evalset=examples.name, include_superseded=True)
+    if frame.empty:
+        return [], [], 0
+    frame = frame[(frame["status"] == "ok") & (frame["evalset_sha256"] == examples.sha256)]
+    newest = frame.sort_values("started_at").groupby("checkpoint_sha256").tail(1)
+    position = {example: row for row, example in enumerate(examples.ids.tolist())}
+    names, arrays, without = [], [], 0
+    for row in newest.sort_values(["model", "version"]).itertuples():
+        columns = history.predictions(str(row.evaluation_id)) or {}
+        values = columns.get(PROBABILITIES)
+        if values is None or values.ndim != 2:
+            without += 1
+            continue
+        order = np.array([position.get(str(e), -1) for e in columns["example_id"]])
+        if len(order) != len(position) or (order < 0).any():
+            continue  # not every example of this content: not comparable row by row
+        aligned = np.empty_like(values)
+        aligned[order] = values
+        names.append(f"{row.model}@v{row.version}")
+        arrays.append(aligned)
+    return names, arrays, without
+
+
+def _cleanlab(targets: np.ndarray, mean: np.ndarray, *, multilabel: bool) -> np.ndarray:
+    """Row indices of the suspects, most suspect first."""
+    from cleanlab.filter import find_label_issues
+
+    if multilabel:
+        labels: Any = [np.flatnonzero(row).tolist() for row in np.asarray(targets, bool)]
+        probabilities = np.clip(mean, 0.0, 1.0)
+    else:
+        labels = np.asarray(targets, np.int64)
+        probabilities = mean / mean.sum(axis=1, keepdims=True)
+    return np.asarray(
+        find_label_issues(
+            labels,
+            probabilities,
+            return_indices_ranked_by="self_confidence",
+            multi_label=multilabel,
+            n_jobs=1,  # no process pool inside a flow's worker
+        ),
+        np.int64,
+    )
+
+
+def _class_suspect(examples: Examples, row: int, mean: np.ndarray, stacked: np.ndarray) -> Suspect:
+    given, agreed = int(examples.targets[row]), int(mean[row].argmax())
+    return Suspect(
+        example_id=str(examples.ids[row]),
+        row=row,
+        given=examples.classes[given],
+        agreed=examples.classes[agreed],
+        confidence=float(mean[row, agreed]),
+        given_probability=float(mean[row, given]),
+        agreeing=int((stacked[:, row].argmax(axis=1) == agreed).sum()),
+    )
+
+
+def _multilabel_suspect(
+    examples: Examples, row: int, mean: np.ndarray, stacked: np.ndarray
+) -> Suspect:
+    given = np.asarray(examples.targets[row], bool)
+    agreed = mean[row] >= 0.5
+    # The chance of a whole label set, each label taken on its own.
+    chance = np.where(agreed, mean[row], 1.0 - mean[row]).prod()
+    given_chance = np.where(given, mean[row], 1.0 - mean[row]).prod()
+    return Suspect(
+        example_id=str(examples.ids[row]),
+        row=row,
+        given=_label_set(given, examples.classes),
+        agreed=_label_set(agreed, examples.classes),
+        confidence=float(chance),
+        given_probability=float(given_chance),
+        agreeing=int(((stacked[:, row] >= 0.5) == agreed).all(axis=1).sum()),
+    )
+
+
+def _label_set(mask: np.ndarray, classes: list[str]) -> str:
+    return "{" + ",".join(c for c, on in zip(classes, mask.tolist(), strict=True) if on) + "}"
+
+
+def _cleanlab_version() -> str:
+    import cleanlab
+
+    return str(cleanlab.__version__)

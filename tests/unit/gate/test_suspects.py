@@ -1,0 +1,212 @@
+"""Label-error suspects: planted label errors in a frozen evalset, found from real models' outputs.
+
+Three small torch classifiers, trained on clean data with different seeds, are run over an
+evalset whose labels were changed on 3% of its rows; their per-example outputs go into a real
+history as an evaluation writes them. The suspects are then asked for through the library and
+the command line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from evalsentry.cli import main
+from evalsentry.errors import UsageError
+from evalsentry.evalsets.evalset import Evalset, InputsSpec, load_evalset
+from evalsentry.evalsets.freeze import freeze_evalset
+from evalsentry.evaluation.inference import run_inference
+from evalsentry.gate.suspects import find_suspects, flipped_suspects
+from evalsentry.history.store import History
+from evalsentry.names import PROBABILITIES
+from tests.models import TinyNet
+from tests.synthetic import record_week
+
+CLASSES, FEATURES, ROWS, PLANTED = 3, 4, 600, 18
+CENTRES = np.array([[0, 0, 0, 0], [3, 3, 0, 0], [0, 3, 3, 0]], np.float32)
+
+
+def _sample(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    labels = rng.integers(0, CLASSES, n)
+    return (CENTRES[labels] + rng.normal(0, 0.8, (n, FEATURES))).astype(np.float32), labels
+
+
+def _trained(seed: int, x: np.ndarray, y: np.ndarray) -> TinyNet:
+    torch.manual_seed(seed)
+    model = TinyNet(features=FEATURES, classes=CLASSES, hidden=16)
+    optimiser = torch.optim.Adam(model.parameters(), lr=0.05)
+    inputs, targets = torch.from_numpy(x), torch.from_numpy(y)
+    for _ in range(150):
+        optimiser.zero_grad()
+        torch.nn.functional.cross_entropy(model(inputs), targets).backward()
+        optimiser.step()
+    return model.eval()
+
+
+class Planted:
+    def __init__(self, root: Path) -> None:
+        rng = np.random.default_rng(7)
+        x, truth = _sample(rng, ROWS)
+        self.rows = rng.choice(ROWS, PLANTED, replace=False)
+        given = truth.copy()
+        given[self.rows] = (truth[self.rows] + rng.integers(1, CLASSES, PLANTED)) % CLASSES
+        self.truth, self.given = truth, given
+        table = pa.table(
+            {
+                **{f"f{i}": x[:, i] for i in range(FEATURES)},
+                "label": [f"c{v}" for v in given],
+            }
+        )
+        freeze_evalset(
+            table,
+            root / "evalsets" / "blobs",
+            name="blobs",
+            task="classification",
+            target="label",
+            inputs=InputsSpec(columns=[f"f{i}" for i in range(FEATURES)]),
+            classes=[f"c{i}" for i in range(CLASSES)],
+        )
+        self.evalset = load_evalset(root / "evalsets" / "blobs")
+        self.history = History(str(root / "store"))
+        train_x, train_y = _sample(np.random.default_rng(8), 1500)
+        for version in (1, 2, 3):
+            record(self.history, self.evalset, _trained(version, train_x, train_y), version)
+        (root / "evalsentry.yaml").write_text("store: store\nevalsets: evalsets\n")
+        self.root = root
+
+
+def record(history: History, evalset: Evalset, model: TinyNet, version: int, **kw: object) -> None:
+    columns = run_inference(model, evalset, device="cpu").columns
+    fields: dict[str, object] = {
+        "checkpoint": str(version) * 64,
+        "evalset": "blobs",
+        "evalset_sha": evalset.sha256,
+        **kw,
+    }
+    record_week(
+        history,
+        "2026-W40",
+        columns["prediction"] == columns["target"],
+        version=version,
+        columns=columns,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Planted:
+    return Planted(tmp_path_factory.mktemp("suspects"))
+
+
+def test_the_planted_label_errors_are_found(planted: Planted) -> None:
+    found = find_suspects(planted.history, planted.evalset)
+    rows = {s.row for s in found.suspects}
+    caught = rows & set(planted.rows.tolist())
+    assert len(caught) >= 0.8 * PLANTED  # recall
+    assert len(caught) >= 0.6 * len(rows)  # precision
+    assert found.checkpoints == ["m@v1", "m@v2", "m@v3"]
+    for suspect in found.suspects:
+        assert suspect.given == f"c{planted.given[suspect.row]}"
+        assert suspect.example_id == planted.evalset.ids[suspect.row]
+        assert suspect.confidence > suspect.given_probability
+    for suspect in (s for s in found.suspects if s.row in caught):
+        assert suspect.agreed == f"c{planted.truth[suspect.row]}"  # the label before planting
+        assert suspect.agreeing == 3
+
+
+def test_the_command_lists_them_as_a_table_and_as_json(
+    planted: Planted, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = str(planted.root / "evalsentry.yaml")
+    assert main(["evalset", "suspects", "blobs", "--config", config]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].startswith("label-error suspects in blobs: ")
+    assert "of 600 examples" in table[0]
+    assert "from 3 checkpoint(s) (m@v1, m@v2, m@v3); cleanlab 2.9.0" in table[0]
+    assert table[1].split() == ["example", "row", "given", "p(given)", "agreed", "p(agreed)"] + [
+        "checkpoints",
+        "agreeing",
+    ]
+    assert main(["evalset", "suspects", "blobs", "--format", "json", "--config", config]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert len(document["suspects"]) == len(table) - 3  # title, header, rule
+    assert {"example_id", "row", "given", "agreed", "confidence", "agreeing"} <= set(
+        document["suspects"][0]
+    )
+
+
+def test_evaluations_of_other_content_or_without_probabilities_are_not_used(
+    planted: Planted, tmp_path: Path
+) -> None:
+    history = History(str(tmp_path / "store"))
+    model = _trained(1, *_sample(np.random.default_rng(8), 1500))
+    record(history, planted.evalset, model, 1, checkpoint="a" * 64)
+    record(history, planted.evalset, model, 2, checkpoint="b" * 64, evalset_sha="0" * 64)
+    columns = run_inference(model, planted.evalset, device="cpu").columns
+    del columns[PROBABILITIES]  # as evaluations recorded before they were kept
+    record_week(
+        history,
+        "2026-W41",
+        columns["prediction"] == columns["target"],
+        version=3,
+        checkpoint="c" * 64,
+        columns=columns,
+        evalset="blobs",
+        evalset_sha=planted.evalset.sha256,
+    )
+    found = find_suspects(history, planted.evalset)
+    assert found.checkpoints == ["m@v1"]
+    assert found.without_probabilities == 1
+
+
+def test_nothing_to_find_them_from_is_one_line(
+    planted: Planted, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "evalsentry.yaml").write_text(
+        f"store: store\nevalsets: {planted.root / 'evalsets'}\n"
+    )
+    code = main(["evalset", "suspects", "blobs", "--config", str(tmp_path / "evalsentry.yaml")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1
+    assert "no evaluation of evalset 'blobs'" in err[0]
+    assert "run the weekly evaluation" in err[0]
+
+
+def test_a_regression_evalset_has_no_labels_to_doubt(tmp_path: Path) -> None:
+    table = pa.table({"a": [1.0, 2.0, 3.0], "y": [0.5, 1.5, 2.5]})
+    freeze_evalset(
+        table,
+        tmp_path / "reg",
+        name="reg",
+        task="regression",
+        target="y",
+        inputs=InputsSpec(columns=["a"]),
+    )
+    with pytest.raises(UsageError, match="a regression evalset: label-error suspects are found"):
+        find_suspects(History(str(tmp_path / "store")), load_evalset(tmp_path / "reg"))
+
+
+def test_a_fail_says_how_many_of_its_newly_wrong_examples_are_suspects(planted: Planted) -> None:
+    evaluations = planted.history.evaluations(evalset="blobs", include_superseded=True)
+    current = evaluations.sort_values("version").iloc[-1].to_dict()
+    ids = planted.evalset.ids
+    clean = np.setdiff1d(np.arange(ROWS), planted.rows)[:6]
+    newly_wrong = ids[np.concatenate([planted.rows[:4], clean])]
+    said = flipped_suspects(planted.history, current, newly_wrong)
+    assert said is not None
+    assert said.startswith("4 of 10 newly wrong examples are label-error suspects (")
+    assert said.endswith("evalsentry evalset suspects blobs)")
+
+
+def test_a_fail_without_stored_probabilities_says_nothing_of_suspects(tmp_path: Path) -> None:
+    history = History(str(tmp_path / "store"))
+    evaluation_id = record_week(history, "2026-W40", np.ones(30, bool))
+    row = history.evaluations().iloc[0].to_dict()
+    assert row["evaluation_id"] == evaluation_id
+    assert flipped_suspects(history, row, np.array(["ex-00001"])) is None
