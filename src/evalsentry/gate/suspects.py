@@ -199,23 +199,16 @@ def _probabilities(history: History, examples: Examples) -> tuple[list[str], lis
 def _cleanlab(targets: np.ndarray, mean: np.ndarray, *, multilabel: bool) -> np.ndarray:
     """Row indices of the suspects, most suspect first."""
     from cleanlab.filter import find_label_issues
+    from cleanlab.multilabel_classification.filter import find_label_issues as find_multilabel
 
-    if multilabel:
-        labels: Any = [np.flatnonzero(row).tolist() for row in np.asarray(targets, bool)]
-        probabilities = np.clip(mean, 0.0, 1.0)
+    options: dict[str, Any] = {"return_indices_ranked_by": "self_confidence", "n_jobs": 1}
+    if multilabel:  # n_jobs=1: no process pool inside a flow's worker
+        labels = [np.flatnonzero(row).tolist() for row in np.asarray(targets, bool)]
+        found = find_multilabel(labels, np.clip(mean, 0.0, 1.0), **options)
     else:
-        labels = np.asarray(targets, np.int64)
         probabilities = mean / mean.sum(axis=1, keepdims=True)
-    return np.asarray(
-        find_label_issues(
-            labels,
-            probabilities,
-            return_indices_ranked_by="self_confidence",
-            multi_label=multilabel,
-            n_jobs=1,  # no process pool inside a flow's worker
-        ),
-        np.int64,
-    )
+        found = find_label_issues(np.asarray(targets, np.int64), probabilities, **options)
+    return np.asarray(found, np.int64)
 
 
 def _class_suspect(examples: Examples, row: int, mean: np.ndarray, stacked: np.ndarray) -> Suspect:

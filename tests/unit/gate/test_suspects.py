@@ -84,7 +84,7 @@ def record(history: History, evalset: Evalset, model: TinyNet, version: int, **k
     columns = run_inference(model, evalset, device="cpu").columns
     fields: dict[str, object] = {
         "checkpoint": str(version) * 64,
-        "evalset": "blobs",
+        "evalset": evalset.spec.name,
         "evalset_sha": evalset.sha256,
         **kw,
     }
@@ -210,3 +210,55 @@ def test_a_fail_without_stored_probabilities_says_nothing_of_suspects(tmp_path: 
     row = history.evaluations().iloc[0].to_dict()
     assert row["evaluation_id"] == evaluation_id
     assert flipped_suspects(history, row, np.array(["ex-00001"])) is None
+
+
+def test_multi_label_errors_are_found_and_shown_as_label_sets(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    labels = ["red", "round", "big"]
+
+    def sample(n: int) -> tuple[np.ndarray, np.ndarray]:
+        x = rng.normal(size=(n, 3)).astype(np.float32)
+        return x, x > 0  # each label: one feature's sign
+
+    x, truth = sample(500)
+    planted = rng.choice(500, 15, replace=False)
+    given = truth.copy()
+    given[planted, rng.integers(0, 3, 15)] ^= True  # one label of each flipped
+    far = np.abs(x).min(axis=1) > 0.5  # away from every boundary: a flip there is clear
+    table = pa.table(
+        {
+            **{f"f{i}": x[:, i] for i in range(3)},
+            "tags": [[labels[j] for j in range(3) if row[j]] for row in given],
+        }
+    )
+    freeze_evalset(
+        table,
+        tmp_path / "tags",
+        name="tags",
+        task="multilabel",
+        target="tags",
+        inputs=InputsSpec(columns=["f0", "f1", "f2"]),
+        classes=labels,
+    )
+    evalset = load_evalset(tmp_path / "tags")
+    history = History(str(tmp_path / "store"))
+    train_x, train_y = sample(1500)
+    for version in (1, 2):
+        torch.manual_seed(version)
+        model = TinyNet(features=3, classes=3, hidden=16)
+        optimiser = torch.optim.Adam(model.parameters(), lr=0.05)
+        for _ in range(200):
+            optimiser.zero_grad()
+            torch.nn.functional.binary_cross_entropy_with_logits(
+                model(torch.from_numpy(train_x)), torch.from_numpy(train_y).float()
+            ).backward()
+            optimiser.step()
+        record(history, evalset, model.eval(), version)
+    found = find_suspects(history, evalset)
+    rows = {s.row for s in found.suspects}
+    clear = set(planted[far[planted]].tolist())
+    assert clear and clear <= rows  # every planted error away from a boundary
+    assert len(rows - set(planted.tolist())) <= 3
+    shown = next(s for s in found.suspects if s.row in clear)
+    assert shown.given == "{" + ",".join(np.array(labels)[given[shown.row]]) + "}"
+    assert shown.agreed == "{" + ",".join(np.array(labels)[truth[shown.row]]) + "}"
