@@ -46,14 +46,22 @@ def test_demo_tells_the_story_without_a_traceback(tmp_path: Path) -> None:
     assert History(store).evaluations()["version"].tolist() == [1, 2, 3]
     assert "Traceback" not in output, output
     assert "telemetry" not in output.lower(), output
-    # Model or data? The evalset's own labels are not why week 3 failed: few suspects, if any.
+    # Model or data? The training data changed (v3 learnt from relabelled classes) and the live
+    # inputs drifted; the evalset's own labels are not the cause: few suspects, if any, witnessed
+    # by v1 and v2 (the failing v3 does not testify against the labels).
     gate = subprocess.run(
         [EVALSENTRY, "gate"], cwd=tmp_path / "demo", env=env, capture_output=True, text=True
     )
     assert gate.returncode == 1, gate.stdout + gate.stderr
+    diagnosis = next(line.strip() for line in gate.stderr.splitlines() if "diagnosis:" in line)
+    assert diagnosis.startswith(
+        "diagnosis: likely data: digits@v3 on digits: training data changed ("
+    ), diagnosis
+    assert "; live inputs drifted (digits mean PSI " in diagnosis
+    assert "Where: digits@v3 on digits: flips concentrate in classes " in diagnosis
     said = re.search(
         r"label-error suspects: digits@v3 on digits: (\d+) of (\d+) newly wrong examples are "
-        r"label-error suspects \((\d+) in digits, from 3 checkpoint\(s\)",
+        r"label-error suspects \((\d+) in digits, from 2 checkpoint\(s\)",
         gate.stderr,  # a failed week's details
     )
     assert said is not None, gate.stderr
@@ -66,4 +74,8 @@ def test_demo_tells_the_story_without_a_traceback(tmp_path: Path) -> None:
         text=True,
     )
     assert suspects.returncode == 0, suspects.stderr
-    assert suspects.stdout.startswith(f"label-error suspects in digits: {said[3]} of 719 ")
+    found = re.match(r"label-error suspects in digits: (\d+) of 719 examples", suspects.stdout)
+    assert found is not None and int(found[1]) <= 7, suspects.stdout
+    # The week's report leads with the same diagnosis.
+    report = next((tmp_path / "demo" / "store" / "reports").glob("weekly-eval-*W*-manual-*.md"))
+    assert f"**Model or data?** {diagnosis.removeprefix('diagnosis: ')}" in report.read_text()

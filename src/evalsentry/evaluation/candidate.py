@@ -190,6 +190,7 @@ def evaluate_candidate(
 
     """
     from evalsentry.evaluation.pipeline import new_run_id
+    from evalsentry.gate.lineage import explain_candidate
     from evalsentry.gate.week import GateReport
     from evalsentry.weeks import iso_week, now_utc
 
@@ -203,6 +204,7 @@ def evaluate_candidate(
         checkpoint, model, names, settings, steps, run_id, week, device
     )
     report = GateReport(week, comparisons, strict or settings.gate.strict)
+    report = explain_candidate(history, report)  # what changed, model or data? (FAILs only)
     steps.record_verdicts([c.row(run_id, now_utc()) for c in report.comparisons if c.recorded])
     return CandidateRun(week, run_id, report, outcomes, validations)
 

@@ -55,9 +55,17 @@ def flipped_ids(
 MIN_FLIPS = 5
 
 
+@dataclass(frozen=True)
+class Concentration:
+    """Where a line's newly wrong examples are: ``text`` in words, the ``classes`` beyond chance."""
+
+    text: str
+    classes: tuple[str, ...]
+
+
 def class_concentration(
     history: History, evaluation_id: str, reference_evaluation_id: str, alpha: float = 0.05
-) -> str | None:
+) -> Concentration | None:
     """Whether the newly wrong examples sit in some classes beyond chance, in words.
 
     Of the examples the reference got right, each class's share of the newly wrong is tested
@@ -83,11 +91,12 @@ def class_concentration(
     test = f"hypergeometric, Holm over {len(classes)} classes"
     beyond = (adjusted < alpha) & (hits > flips * at_risk / at_risk.sum())
     if not beyond.any():
-        return f"{flips} flips spread over the classes as chance would ({test})"
-    named = ", ".join(str(c) for c in classes[beyond])
-    return (
-        f"{int(hits[beyond].sum())} of {flips} flips are in classes {named} "
-        f"(p={float(adjusted[beyond].max()):.1g}, {test})"
+        return Concentration(f"{flips} flips spread over the classes as chance would ({test})", ())
+    named = tuple(str(c) for c in classes[beyond])
+    return Concentration(
+        f"{int(hits[beyond].sum())} of {flips} flips are in classes {', '.join(named)} "
+        f"(p={float(adjusted[beyond].max()):.1g}, {test})",
+        named,
     )
 
 

@@ -11,14 +11,16 @@ its given label is less likely than another class by more than the per-class thr
 data itself sets. Each suspect says the label the models agree on, its mean probability, and
 how many checkpoints put it first.
 
-A suspect is not a label error found, only one worth a look: the verdicts are never computed
-without them unless asked (``evalsentry evalset suspects``; see the README's "Model or data?").
+A suspect is not a label error found, only one worth a look: nothing is dropped from any
+verdict (``evalsentry evalset suspects``; see the README's "Model or data?"). A FAIL counts its
+newly wrong examples among the suspects the *other* checkpoints find: a model under suspicion
+does not testify against the labels.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -93,8 +95,13 @@ class Examples:
         return cls(spec.name, spec.evalset_sha256, spec.task, classes, evalset.ids, evalset.targets)
 
 
-def find_suspects(history: History, evalset: Evalset | Examples) -> Suspects:
+def find_suspects(
+    history: History, evalset: Evalset | Examples, *, without: Sequence[str] = ()
+) -> Suspects:
     """The label-error suspects of ``evalset`` from the evaluations the history holds of it.
+
+    ``without``: checkpoints (sha256) that are no witness, such as the one whose FAIL is being
+    explained: a model under suspicion does not testify against the labels.
 
     Raises:
         UsageError: the task has no labels to doubt, or no evaluation of this content holds
@@ -106,12 +113,12 @@ def find_suspects(history: History, evalset: Evalset | Examples) -> Suspects:
             f"evalset {examples.name!r} is a {examples.task} evalset: label-error suspects are "
             f"found for {' and '.join(SUPPORTED_TASKS)} evalsets"
         )
-    names, probabilities, without = _probabilities(history, examples)
+    names, probabilities, unkept = _probabilities(history, examples, set(without))
     if not names:
         raise UsageError(
             f"no evaluation of evalset {examples.name!r} (its current content, "
             f"{examples.sha256[:12]}) holds class probabilities"
-            + (f" ({without} recorded before evalsentry kept them)" if without else "")
+            + (f" ({unkept} recorded before evalsentry kept them)" if unkept else "")
             + "; run the weekly evaluation (evalsentry run), then ask again"
         )
     stacked = np.stack(probabilities)  # [checkpoints, N, K]
@@ -123,18 +130,37 @@ def find_suspects(history: History, evalset: Evalset | Examples) -> Suspects:
         evalset=examples.name,
         examples=len(examples.ids),
         checkpoints=names,
-        without_probabilities=without,
+        without_probabilities=unkept,
         method=f"cleanlab {_cleanlab_version()} confident learning",
         suspects=[describe(examples, int(i), mean, stacked) for i in found],
     )
 
 
+@dataclass(frozen=True)
+class FlipSuspects:
+    """How many of a line's newly wrong examples are label-error suspects."""
+
+    hits: int
+    flips: int
+    found: Suspects
+
+    def describe(self) -> str:
+        """``4 of 52 newly wrong examples are label-error suspects (12 in digits, ...)``."""
+        name = self.found.evalset
+        return (
+            f"{self.hits} of {self.flips} newly wrong examples are label-error suspects "
+            f"({len(self.found.suspects)} in {name}, from {len(self.found.checkpoints)} "
+            f"checkpoint(s): evalsentry evalset suspects {name})"
+        )
+
+
 def flipped_suspects(
     history: History, evaluation: Mapping[str, Any], newly_wrong: np.ndarray
-) -> str | None:
-    """``4 of 52 newly wrong examples are label-error suspects ...``, of one evaluation's flips.
+) -> FlipSuspects | None:
+    """How many of one evaluation's newly wrong examples are label-error suspects.
 
-    None where none can be found: a task without labels, no stored probabilities, or any
+    Found from the other checkpoints evaluated on the same content: not from the evaluation's
+    own. None where none can be found: a task without labels, no stored probabilities, or any
     failure (this explains a verdict, never makes one).
     """
     columns = history.predictions(str(evaluation["evaluation_id"]))
@@ -153,20 +179,18 @@ def flipped_suspects(
         targets=target,
     )
     try:
-        found = find_suspects(history, examples)
+        found = find_suspects(history, examples, without=[str(evaluation["checkpoint_sha256"])])
     except Exception as exc:  # noqa: BLE001 - an explanation that cannot be given is left out
         log.warning("label-error suspects of %s not found: %s", examples.name, exc)
         return None
     suspect_ids = {s.example_id for s in found.suspects}
     hits = sum(str(e) in suspect_ids for e in newly_wrong)
-    return (
-        f"{hits} of {len(newly_wrong)} newly wrong examples are label-error suspects "
-        f"({len(found.suspects)} in {examples.name}, from {len(found.checkpoints)} checkpoint(s): "
-        f"evalsentry evalset suspects {examples.name})"
-    )
+    return FlipSuspects(hits, len(newly_wrong), found)
 
 
-def _probabilities(history: History, examples: Examples) -> tuple[list[str], list[Any], int]:
+def _probabilities(
+    history: History, examples: Examples, without: set[str]
+) -> tuple[list[str], list[Any], int]:
     """Each checkpoint's newest successful evaluation of these examples' content.
 
     A week re-run since is included (its outputs are still that checkpoint's). Returns the
@@ -177,14 +201,15 @@ def _probabilities(history: History, examples: Examples) -> tuple[list[str], lis
     if frame.empty:
         return [], [], 0
     frame = frame[(frame["status"] == "ok") & (frame["evalset_sha256"] == examples.sha256)]
+    frame = frame[~frame["checkpoint_sha256"].isin(without)]
     newest = frame.sort_values("started_at").groupby("checkpoint_sha256").tail(1)
     position = {example: row for row, example in enumerate(examples.ids.tolist())}
-    names, arrays, without = [], [], 0
+    names, arrays, unkept = [], [], 0
     for row in newest.sort_values(["model", "version"]).itertuples():
         columns = history.predictions(str(row.evaluation_id)) or {}
         values = columns.get(PROBABILITIES)
         if values is None or values.ndim != 2:
-            without += 1
+            unkept += 1
             continue
         order = np.array([position.get(str(e), -1) for e in columns["example_id"]])
         if len(order) != len(position) or (order < 0).any():
@@ -193,7 +218,7 @@ def _probabilities(history: History, examples: Examples) -> tuple[list[str], lis
         aligned[order] = values
         names.append(f"{row.model}@v{row.version}")
         arrays.append(aligned)
-    return names, arrays, without
+    return names, arrays, unkept
 
 
 def _cleanlab(targets: np.ndarray, mean: np.ndarray, *, multilabel: bool) -> np.ndarray:

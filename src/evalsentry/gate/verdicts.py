@@ -326,6 +326,7 @@ class GateReport:
     drift: Sequence[DriftResult] = ()
     drift_fails: bool = False
     changes: Sequence[str] = ()  # what changed since last week, per failed line (gate.lineage)
+    diagnosis: str = ""  # model or data? what those changes, flips and drift point to
 
     def _with(self, verdict: Verdict) -> list[Comparison]:
         return [c for c in self.comparisons if c.gating and c.verdict == verdict]
@@ -470,8 +471,7 @@ class GateReport:
 
     def _drift_words(self) -> str:
         """``drift in 3 feature(s): digits mean PSI 7.05 and 2 more``; empty without drift."""
-        drifted = self.drifted
-        if not drifted:
+        if not (drifted := self.drifted):
             return ""
         more = f" and {len(drifted) - 1} more" if len(drifted) > 1 else ""
         return f"drift in {len(drifted)} feature(s): {drifted[0].brief()}{more}"
@@ -479,8 +479,8 @@ class GateReport:
     def message(self, sep: str = "\n") -> str:
         """The headline, then one line per FAIL and ERROR (model, evalset, metric, drop, p, flips).
 
-        Each drifted feature follows (verdict first), then the INCONCLUSIVE comparisons, one
-        line each (with what the evalset could detect), whether or not they are problems.
+        Then the diagnosis and what changed, each drifted feature (verdict first), and the
+        INCONCLUSIVE comparisons (with what the evalset could detect), problems or not.
 
         Args:
             sep: What joins the lines; ``" | "`` gives one line, for a log or a state message.
@@ -488,11 +488,12 @@ class GateReport:
         return sep.join([self.headline(), *self.details()])
 
     def details(self) -> list[str]:
-        """The lines behind the headline: problems, what changed, drift, INCONCLUSIVE notes."""
+        """The lines behind the headline: problems, diagnosis, what changed, drift, notes."""
         problems = self.problems
         notes = [c for c in self.inconclusive if c not in problems]
         return (
             [c.describe() for c in problems]
+            + ([f"diagnosis: {self.diagnosis}"] if problems and self.diagnosis else [])
             + [change for change in self.changes if problems]
             + [d.describe() for d in self.drifted]
             + [c.describe() for c in notes]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from evalsentry.config import Config, DriftPolicy, GatePolicy
 from evalsentry.errors import UsageError, did_you_mean
-from evalsentry.gate.lineage import lineage_changes
+from evalsentry.gate.lineage import changes_of, diagnose, lineage_changes
 from evalsentry.gate.pairs import (
     _error,
     _spec_for,
@@ -123,8 +123,9 @@ def gate_week(
         comparisons.append(failed_verdict(row))
     comparisons += missing_lines(frame, week, registry_url, recorded_elsewhere)
     comparisons += _gate_lines(history, week, frame[frame["status"] == "ok"], policy, evalsets_dir)
-    changes = lineage_changes(frame, week, comparisons, history)
-    return GateReport(week, comparisons, policy.strict, drifts, fails, changes)
+    findings = lineage_changes(frame, week, comparisons, history)
+    report = GateReport(week, comparisons, policy.strict, drifts, fails, changes_of(findings))
+    return replace(report, diagnosis=diagnose(findings, report.drifted))
 
 
 def _gate_lines(

@@ -147,8 +147,9 @@ def summary(
     drift_rows = [drift_row(d) for d in drifted[:limit]]
     counts = _counts(report)
     headline = report.headline()
-    lines = ["evalsentry: " + (f"{title}: " if title else "") + headline, _counts_line(counts)]
-    lines += [change for change in report.changes if bad]
+    lines = ["evalsentry: " + (f"{title}: " if title else "") + headline]
+    lines += [f"diagnosis: {report.diagnosis}"] if bad and report.diagnosis else []
+    lines += [_counts_line(counts), *(change for change in report.changes if bad)]
     lines += [_line(row, c) for row, c in zip(rows, shown, strict=True)]
     if len(bad) > limit:
         lines.append(f"... and {len(bad) - limit} more")

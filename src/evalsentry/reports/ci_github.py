@@ -18,6 +18,7 @@ from evalsentry.gate.flips import ExampleFlips
 from evalsentry.gate.verdicts import SEVERITY, GateReport, Verdict
 from evalsentry.reports.report import (
     HEADERS,
+    MODEL_OR_DATA,
     VERDICT_MARK,
     comparison_rows,
     overview,
@@ -229,6 +230,11 @@ def report_blocks(
                 "",
                 f"**{md_text(report.headline())}**",
                 "",
+                *(
+                    [f"**{MODEL_OR_DATA}** {md_text(report.diagnosis)}", ""]
+                    if report.diagnosis
+                    else []
+                ),
                 md_text(overview(report, report.comparisons)),
                 *link,
             )
@@ -237,6 +243,7 @@ def report_blocks(
     ]
     notes = [c for c in report.inconclusive if c not in report.problems]
     why = [f"- {md_text(c.describe())}" for c in report.problems + notes]
+    why += [f"- {md_text(change)}" for change in report.changes if report.problems]
     if why:
         blocks.append(Block(("**Why**", ""), tuple(why), unit="line(s)"))
     if report.comparisons:

@@ -292,6 +292,11 @@ def render_report(
     body = [
         f'<h1>evalsentry {esc(week)}: <span class="verdict" style="color:{VERDICT_COLOUR[verdict]}">{verdict}</span></h1>',
         f"<p><strong>{esc(report.headline())}</strong></p>",
+        *(
+            [f"<p><strong>{MODEL_OR_DATA}</strong> {esc(report.diagnosis)}</p>"]
+            if report.diagnosis
+            else []
+        ),
         f"<p>{esc(counts_line(report))}.</p>",
         *([f'<p class="scope">{esc(scope)}</p>'] if scope else []),
     ]

@@ -140,6 +140,7 @@ def gate_markdown(report: GateReport, *, include_slices: bool = True) -> str:
         "",
         headline,
         "",
+        *([f"**{MODEL_OR_DATA}** {md_cell(report.diagnosis)}", ""] if report.diagnosis else []),
     ]
     if not shown:
         return "\n".join([*lines, "Nothing to compare yet."]) + "\n"

@@ -396,11 +396,26 @@ class TestEvaluateCommand:
         return tmp_path
 
     def test_degraded_candidate_exits_1_and_is_recorded_as_candidate(
-        self, with_production: Path, toy_checkpoints: dict[str, Path]
+        self,
+        with_production: Path,
+        toy_checkpoints: dict[str, Path],
+        capsys: pytest.CaptureFixture[str],
     ) -> None:
         """A worse candidate fails against production and never becomes a production result."""
         code = evaluate_candidate(str(toy_checkpoints["degraded"]), with_production)
         assert code == 1
+        # Model or data? The same training data, another config (a bias on class 0's logit).
+        said = capsys.readouterr()
+        diagnosis = next(
+            line.strip() for line in (said.out + said.err).splitlines() if "diagnosis:" in line
+        )
+        assert diagnosis.startswith(
+            "diagnosis: no data cause found. Checked, nothing found: the toy-model candidate "
+            "on toy: the training data is the same; the toy-model candidate on toy: 0 of "
+        )
+        # The production checkpoint alone witnesses the labels: the candidate does not.
+        assert "newly wrong examples are label-error suspects. Where: " in diagnosis
+        assert diagnosis.endswith("flips concentrate in classes 1, 2. Also changed: config.")
         frame = History(str(with_production / "store")).evaluations()
         candidate = frame[frame["kind"] == "candidate"]
         assert len(candidate) == 1 and candidate["stage"].item() == "candidate"

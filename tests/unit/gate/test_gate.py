@@ -675,9 +675,40 @@ class TestWhatChanged:
         assert report.problems
         said = "m v1 -> v2: training data changed (a1a1a1a1 -> b2b2b2b2); code and config the same"
         details = report.details()
-        assert f"what changed: {said}" in details  # after the problems it explains
-        assert details.index(f"what changed: {said}") == len(report.problems)
-        assert f"what changed: {said}" in summary(report)["text"].splitlines()
+        # After the problems it explains: the diagnosis, then what changed.
+        assert details.index(f"what changed: {said}") == len(report.problems) + 1
+        assert details[len(report.problems)] == f"diagnosis: {report.diagnosis}"
+        assert report.diagnosis == (
+            "likely data: m@v2 on toy: training data changed (a1a1a1a1 -> b2b2b2b2). "
+            "Where: m@v2 on toy: the flips spread over the classes as chance would."
+        )
+        text = summary(report)["text"].splitlines()
+        assert text[1] == f"diagnosis: {report.diagnosis}"  # the alert's second line
+        assert f"what changed: {said}" in text
+
+    def test_a_fail_of_the_same_data_finds_no_data_cause_and_says_what_changed(
+        self, tmp_path: Path
+    ) -> None:
+        history = History(str(tmp_path / "store"))
+        lineage = {"config_json": '{"lr": 0.01}', "seed": 1, "data_sha": "a1" * 32}
+        record_week(history, "2026-W40", accuracy_mask(N, 0.95), git_sha="c0de" * 10, **lineage)
+        record_week(
+            history,
+            "2026-W41",
+            accuracy_mask(N, 0.85),
+            version=2,
+            checkpoint="d" * 64,
+            git_sha="beef" * 10,
+            **lineage,
+        )
+        report = gate_week(history, "2026-W41", POLICY)
+        assert report.diagnosis == (
+            "no data cause found. Checked, nothing found: m@v2 on toy: the training data is "
+            "the same. Where: m@v2 on toy: the flips spread over the classes as chance would. "
+            "Also changed: code."
+        )
+        passing = gate_week(history, "2026-W40", POLICY)
+        assert passing.diagnosis == "" and not any("diagnosis" in d for d in passing.details())
 
     def test_the_config_seed_and_an_unchanged_checkpoint_are_named(self) -> None:
         from evalsentry.gate.lineage import what_changed
@@ -711,19 +742,21 @@ class TestWhereTheFlipsAre:
         before = record_week(history, "2026-W40", np.ones(N, bool))
         broken = ~((target == 1) & (rng.random(N) < 0.3))  # a labelling batch on class 1
         after = record_week(history, "2026-W41", broken, version=2, checkpoint="d" * 64)
-        said = class_concentration(history, after, before)
+        found = class_concentration(history, after, before)
         flips = int((~broken).sum())
-        assert said is not None and said.startswith(
+        assert found is not None and found.text.startswith(
             f"{flips} of {flips} flips are in classes 1 (p="
         )
-        assert said.endswith(f"hypergeometric, Holm over {CLASSES} classes)")
+        assert found.text.endswith(f"hypergeometric, Holm over {CLASSES} classes)")
+        assert found.classes == ("1",)
         report = gate_week(history, "2026-W41", POLICY)
         assert any(d.startswith("where the flips are: m@v2 on toy: ") for d in report.details())
 
         spread = rng.random(N) > 0.08  # the same share lost in every class
         other = record_week(history, "2026-W42", spread, version=3, checkpoint="e" * 64)
-        said = class_concentration(history, other, before)
-        assert said is not None and "spread over the classes as chance would" in said
+        found = class_concentration(history, other, before)
+        assert found is not None and "spread over the classes as chance would" in found.text
+        assert found.classes == ()
 
     @pytest.mark.parametrize(
         ("hits", "total", "in_class", "drawn"),

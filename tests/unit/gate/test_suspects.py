@@ -198,9 +198,11 @@ def test_a_fail_says_how_many_of_its_newly_wrong_examples_are_suspects(planted: 
     ids = planted.evalset.ids
     clean = np.setdiff1d(np.arange(ROWS), planted.rows)[:6]
     newly_wrong = ids[np.concatenate([planted.rows[:4], clean])]
-    said = flipped_suspects(planted.history, current, newly_wrong)
-    assert said is not None
-    assert said.startswith("4 of 10 newly wrong examples are label-error suspects (")
+    found = flipped_suspects(planted.history, current, newly_wrong)
+    assert found is not None
+    assert (found.hits, found.flips) == (4, 10)
+    said = found.describe()
+    assert said.startswith("4 of 10 newly wrong examples are label-error suspects (18 in blobs, ")
     assert said.endswith("evalsentry evalset suspects blobs)")
 
 
