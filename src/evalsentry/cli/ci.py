@@ -27,7 +27,8 @@ from evalsentry.cli.review import (
     say_where,
     write_output,
 )
-from evalsentry.errors import UsageError
+from evalsentry.errors import EvalsentryError, UsageError
+from evalsentry.names import NO_EVALSET
 
 if TYPE_CHECKING:
     from evalsentry.config import Config
@@ -100,6 +101,12 @@ def gate_parser() -> argparse.ArgumentParser:
     )
     parse.add_argument("--model", metavar="NAME", help="Only this model.")
     parse.add_argument("--evalset", metavar="NAME", help="Only this evalset.")
+    parse.add_argument(
+        "--without-suspects",
+        action="store_true",
+        help="Also print the week's verdict with each evalset's label-error suspects left out, "
+        "labelled as such, after the full one (which alone sets the exit code).",
+    )
     return _with_ci_options(parse)
 
 
@@ -184,7 +191,7 @@ def gate(argv: Sequence[str]) -> int:
         )
         if review is not None:
             review = replace(review, title=f"{report.week} {title}")
-        return emit_gate(
+        code = emit_gate(
             report,
             args.markdown,
             args.junit,
@@ -193,6 +200,9 @@ def gate(argv: Sequence[str]) -> int:
             review=review,
             history=history,
         )
+        if args.without_suspects:
+            print_without_suspects(settings, report, args.model, args.evalset, args.slices)
+        return code
 
 
 def evaluate(argv: Sequence[str]) -> int:
@@ -350,3 +360,47 @@ def emit_gate(
     else:
         echo(report.message())
     return int(report.exit_code)
+
+
+def print_without_suspects(
+    settings: Config, full: GateReport, model: str | None, evalset: str | None, slices: bool
+) -> None:
+    """The week's verdict with each evalset's label-error suspects left out, labelled as such.
+
+    Printed after the full verdict, which stands: it alone sets the exit code and is recorded.
+    """
+    from evalsentry.evalsets.evalset import load_evalset
+    from evalsentry.gate.suspects import HistoryWithout, find_suspects
+    from evalsentry.gate.week import gate_week
+    from evalsentry.history.store import History
+    from evalsentry.reports.report import HEADERS, comparison_rows
+
+    excluded: dict[str, set[str]] = {}
+    for name in sorted({c.evalset for c in full.comparisons} - {NO_EVALSET}):
+        try:
+            examples = load_evalset(name, evalsets_dir=settings.evalsets_dir)
+            found = find_suspects(History(settings.store_url), examples)
+        except EvalsentryError as exc:
+            echo(f"without label-error suspects: {name} is left whole ({exc})")
+            continue
+        excluded[name] = {s.example_id for s in found.suspects}
+        echo(
+            f"without label-error suspects: {len(excluded[name]):,} of {found.examples:,} "
+            f"examples of {name} left out ({found.method}, from {len(found.checkpoints)} "
+            "checkpoint(s))"
+        )
+    history = HistoryWithout(settings.store_url, excluded)
+    report = gate_week(
+        history,
+        full.week,
+        settings.gate,
+        model=model,
+        evalset=evalset,
+        evalsets_dir=settings.evalsets_dir,
+        drift=settings.drift,
+        registry_url=settings.registry_url,
+    )
+    shown = [c for c in report.comparisons if slices or not c.slice]
+    title = f"evalsentry gate {report.week} WITHOUT label-error suspects (the verdict above stands)"
+    print_table(f"{title}: {report.verdict}", HEADERS, comparison_rows(shown))
+    echo(f"without label-error suspects: {report.message()}".replace("\n", "\n  "))

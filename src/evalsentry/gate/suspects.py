@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evalsentry.errors import UsageError
+from evalsentry.history.store import History
 from evalsentry.names import PROBABILITIES
 
 if TYPE_CHECKING:
     from evalsentry.evalsets.evalset import Evalset
-    from evalsentry.history.store import History
 
 log = logging.getLogger(__name__)
 
@@ -276,3 +276,29 @@ def _cleanlab_version() -> str:
     import cleanlab
 
     return str(cleanlab.__version__)
+
+
+class HistoryWithout(History):
+    """The history as if some examples of some evalsets had never been evaluated.
+
+    Every evaluation's predictions lose the rows of ``excluded[evalset]``; a verdict computed
+    from it is the verdict on the evalset without those examples. Only for a report beside the
+    full one (``evalsentry gate --without-suspects``): nothing is written through it.
+    """
+
+    def __init__(self, root: str, excluded: Mapping[str, set[str]]) -> None:
+        super().__init__(root)
+        self.excluded = excluded
+        self._evalset_of: dict[str, str] | None = None
+
+    def predictions(self, evaluation_id: str) -> dict[str, np.ndarray] | None:
+        """The evaluation's per-example outputs without the excluded examples of its evalset."""
+        columns = super().predictions(evaluation_id)
+        if columns is None:
+            return None
+        if self._evalset_of is None:
+            frame = self.evaluations(include_superseded=True)
+            self._evalset_of = dict(zip(frame["evaluation_id"], frame["evalset"], strict=True))
+        excluded = self.excluded.get(self._evalset_of.get(evaluation_id, ""), set())
+        keep = ~np.isin(np.asarray(columns["example_id"]).astype(str), list(excluded))
+        return {name: values[keep] for name, values in columns.items()}

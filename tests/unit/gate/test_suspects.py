@@ -262,3 +262,46 @@ def test_multi_label_errors_are_found_and_shown_as_label_sets(tmp_path: Path) ->
     shown = next(s for s in found.suspects if s.row in clear)
     assert shown.given == "{" + ",".join(np.array(labels)[given[shown.row]]) + "}"
     assert shown.agreed == "{" + ",".join(np.array(labels)[truth[shown.row]]) + "}"
+
+
+def test_a_verdict_without_excluded_examples_is_computed_on_the_rest(tmp_path: Path) -> None:
+    """The history seen without some examples: a drop that sits on them is gone."""
+    from evalsentry.config import GatePolicy, Tolerance
+    from evalsentry.gate.suspects import HistoryWithout
+    from evalsentry.gate.week import gate_week
+
+    history = History(str(tmp_path / "store"))
+    record_week(history, "2026-W40", np.ones(1000, bool))
+    current = np.ones(1000, bool)
+    current[:60] = False  # 6 points lost, all on the first 60 examples
+    record_week(history, "2026-W41", current, version=2, checkpoint="d" * 64)
+    policy = GatePolicy(default=Tolerance(max_drop=0.01))
+    assert gate_week(history, "2026-W41", policy).verdict == "FAIL"
+    left_out = {f"ex-{i:05d}" for i in range(60)}
+    without = HistoryWithout(str(tmp_path / "store"), {"toy": left_out})
+    report = gate_week(without, "2026-W41", policy)
+    assert report.verdict == "PASS"
+    accuracy = next(c for c in report.comparisons if c.metric == "accuracy" and not c.slice)
+    assert accuracy.n == 940 and accuracy.newly_wrong == 0
+    assert gate_week(history, "2026-W41", policy).verdict == "FAIL"  # the store is untouched
+
+
+def test_the_gate_prints_the_verdict_without_suspects_after_the_full_one(
+    planted: Planted, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = str(planted.root / "evalsentry.yaml")
+    full = main(["gate", "--config", config])
+    alone = capsys.readouterr().out
+    code = main(["gate", "--without-suspects", "--config", config])
+    out = capsys.readouterr().out
+    assert code == full  # the full verdict alone sets the exit code
+    assert out.startswith(alone)  # printed first, as without the option
+    after = out[len(alone) :].splitlines()
+    assert after[0] == (
+        "without label-error suspects: 18 of 600 examples of blobs left out "
+        "(cleanlab 2.9.0 confident learning, from 3 checkpoint(s))"
+    )
+    assert after[1].startswith(
+        "evalsentry gate 2026-W40 WITHOUT label-error suspects (the verdict above stands): "
+    )
+    assert after[-1].startswith("without label-error suspects: 2026-W40: ")
