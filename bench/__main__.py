@@ -28,6 +28,7 @@ from bench import (
     bench_pipeline,
     bench_run,
     bench_scale,
+    bench_suspects,
     bench_text,
     gate_power,
     gpu,
@@ -50,6 +51,7 @@ BENCHMARKS: dict[str, Callable[[bool], dict[str, float]]] = {
     "gate_power": lambda quick: gate_power.run(
         quick=quick, tables=None if quick else RESULTS / "gate_power.md"
     ),
+    "suspects": lambda quick: bench_suspects.run(seeds=2 if quick else 3),
     "scale": lambda quick: bench_scale.run(checkpoints=(1, 2) if quick else (1, 2, 4)),
     "fan_out": lambda quick: bench_fan_out.run(rounds=1 if quick else 3),
     "gpu": lambda quick: gpu.run(quick=True),
