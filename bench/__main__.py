@@ -24,6 +24,7 @@ from bench import (
     bench_evalsets,
     bench_fan_out,
     bench_gate,
+    bench_leaks,
     bench_metrics,
     bench_pipeline,
     bench_run,
@@ -52,6 +53,9 @@ BENCHMARKS: dict[str, Callable[[bool], dict[str, float]]] = {
         quick=quick, tables=None if quick else RESULTS / "gate_power.md"
     ),
     "suspects": lambda quick: bench_suspects.run(seeds=2 if quick else 3),
+    "leaks": lambda quick: bench_leaks.run(
+        train_rows=100_000 if quick else 1_000_000, eval_rows=10_000 if quick else 100_000
+    ),
     "scale": lambda quick: bench_scale.run(checkpoints=(1, 2) if quick else (1, 2, 4)),
     "fan_out": lambda quick: bench_fan_out.run(rounds=1 if quick else 3),
     "gpu": lambda quick: gpu.run(quick=True),

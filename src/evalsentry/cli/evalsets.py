@@ -1,4 +1,4 @@
-"""evalset freeze|verify|seal|list|show|suspects."""
+"""evalset freeze|verify|seal|list|show|suspects|leak-check."""
 
 from __future__ import annotations
 
@@ -349,3 +349,61 @@ def evalset_suspects(
     ]
     columns = ["example", "row", "given", "p(given)", "agreed", "p(agreed)", "checkpoints agreeing"]
     print_table(found.headline(), columns, rows)
+
+
+@evalset_app.command("leak-check")
+def evalset_leak_check(
+    name: Annotated[str, typer.Argument(help="Evalset name (a folder under evalsets/).")],
+    train: Annotated[
+        str,
+        typer.Option(
+            help="The training data: a Parquet or CSV file, a folder or a glob of them, holding "
+            "the evalset's input columns."
+        ),
+    ],
+    decimals: Annotated[
+        int, typer.Option(help="Near duplicates: equal after rounding to this many places.")
+    ] = 2,
+    fail_on_leak: Annotated[
+        bool, typer.Option(help="Exit 1 when any example is in the training data (else 0).")
+    ] = False,
+    output: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    config: ConfigOption = None,
+) -> None:
+    """List the evalset's examples that are also in the training data: exact, near, 13-gram.
+
+    A leaked example flatters every model trained on it. Exit 0 (a warning) unless
+    --fail-on-leak is given and a leak is found.
+    """
+    import json
+
+    from evalsentry.evalsets.evalset import load_evalset
+    from evalsentry.evalsets.leaks import check_leaks
+
+    if output not in ("table", "json"):
+        raise UsageError(f"--format: {output!r} is not table or json")
+    if decimals < 0:
+        raise UsageError(f"--decimals: {decimals} is negative; give the places to round to")
+    settings = _config(config)
+    found = check_leaks(load_evalset(name, evalsets_dir=settings.evalsets_dir), train, decimals)
+    if output == "json":
+        echo(json.dumps(found.to_dict(), indent=2))
+    elif not found.leaks:
+        echo(found.headline())
+    else:
+        rows = [
+            [leak.example_id, leak.row, leak.kind, _blank(leak.train_row), _share(leak)]
+            for leak in found.leaks
+        ]
+        columns = ["example", "row", "kind", "training row", "13-grams found"]
+        print_table("WARN " + found.headline(), columns, rows)
+    if fail_on_leak and found.leaks:
+        raise typer.Exit(1)
+
+
+def _blank(value: object) -> object:
+    return "" if value is None else value
+
+
+def _share(leak: Any) -> str:
+    return f"{leak.share:.0%}" if leak.kind.endswith("gram") else ""

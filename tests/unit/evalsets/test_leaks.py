@@ -1,0 +1,132 @@
+"""Split leaks: evalset rows planted into training data are found, and nothing else is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pv
+import pyarrow.parquet as pq
+import pytest
+
+from evalsentry.cli import main
+from evalsentry.errors import EvalsetError
+from evalsentry.evalsets.evalset import InputsSpec, load_evalset
+from evalsentry.evalsets.freeze import freeze_evalset
+from evalsentry.evalsets.leaks import check_leaks, row_hashes
+
+FEATURES = [f"f{i}" for i in range(5)]
+
+
+@pytest.fixture
+def tabular(tmp_path: Path) -> tuple[Path, np.ndarray, np.ndarray]:
+    """An evalset of 400 rows, and training data of 2,000 other rows, 10 exact and 6 near copies
+    of evalset rows among them; the project, and the planted rows of each kind."""
+    rng = np.random.default_rng(11)
+    evaluation = rng.normal(size=(400, 5)).round(2)  # on a 0.01 grid
+    train = rng.normal(size=(2000, 5)).round(2)
+    exact, near = rng.choice(400, 10, replace=False), rng.choice(400, 16, replace=False)[10:]
+    near = np.setdiff1d(near, exact)
+    train[:10] = evaluation[exact]
+    train[10 : 10 + len(near)] = evaluation[near] + rng.uniform(-3e-3, 3e-3, (len(near), 5))
+    label = rng.integers(0, 2, 400)
+    freeze_evalset(
+        pa.table({**{f: evaluation[:, i] for i, f in enumerate(FEATURES)}, "y": label}),
+        tmp_path / "evalsets" / "rows",
+        name="rows",
+        task="classification",
+        target="y",
+        inputs=InputsSpec(columns=FEATURES),
+    )
+    columns = {f: train[:, i] for i, f in enumerate(FEATURES)}
+    pq.write_table(pa.table({**columns, "y": rng.integers(0, 2, 2000)}), tmp_path / "train.parquet")
+    (tmp_path / "evalsentry.yaml").write_text("store: store\nevalsets: evalsets\n")
+    return tmp_path, exact, near
+
+
+def test_exact_and_near_copies_are_found_and_nothing_else(
+    tabular: tuple[Path, np.ndarray, np.ndarray],
+) -> None:
+    root, exact, near = tabular
+    found = check_leaks(load_evalset(root / "evalsets" / "rows"), str(root / "train.parquet"))
+    by_kind = {k: {leak.row for leak in found.leaks if leak.kind == k} for k in ("exact", "near")}
+    assert by_kind["exact"] == set(exact.tolist())
+    # Rounded to 2 places, a copy moved by at most 0.003 off the 0.01 grid is equal again.
+    assert by_kind["near"] == set(near.tolist())
+    for leak in found.leaks:
+        if leak.kind == "exact":
+            assert leak.train_row == int(np.flatnonzero(exact == leak.row)[0])
+    assert found.headline().startswith(
+        f"leak check of rows against {root / 'train.parquet'} (2,000 rows): "
+        f"{len(found.leaks)} of 400 examples"
+    )
+
+
+def test_the_command_warns_and_fails_only_when_asked(
+    tabular: tuple[Path, np.ndarray, np.ndarray], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, exact, _ = tabular
+    base = ["evalset", "leak-check", "rows", "--train", str(root / "train.parquet")]
+    config = ["--config", str(root / "evalsentry.yaml")]
+    assert main([*base, *config]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("WARN leak check of rows against ")
+    assert out[1].split() == ["example", "row", "kind", "training", "row", "13-grams", "found"]
+    assert main([*base, "--fail-on-leak", *config]) == 1
+    capsys.readouterr()
+    assert main([*base, "--format", "json", *config]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert sum(leak["kind"] == "exact" for leak in document["leaks"]) == len(exact)
+
+
+def test_csv_training_data_and_data_without_the_inputs(
+    tabular: tuple[Path, np.ndarray, np.ndarray], capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, exact, _ = tabular
+    table = pq.read_table(root / "train.parquet")
+    pv.write_csv(table, root / "train.csv")
+    found = check_leaks(load_evalset(root / "evalsets" / "rows"), str(root / "train.csv"))
+    assert {leak.row for leak in found.leaks if leak.kind == "exact"} == set(exact.tolist())
+    pq.write_table(table.drop(["f3"]), root / "other.parquet")
+    code = main(
+        ["evalset", "leak-check", "rows", "--train", str(root / "other.parquet"), "--config",
+         str(root / "evalsentry.yaml")]
+    )  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and str(root / "other.parquet") in err[0]
+    with pytest.raises(EvalsetError, match="no training data there"):
+        check_leaks(load_evalset(root / "evalsets" / "rows"), str(root / "missing.parquet"))
+
+
+def test_token_rows_sharing_a_13_gram_with_training_text_are_found(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    rows = [rng.integers(1, 500, int(n)).tolist() for n in rng.integers(20, 60, 100)]
+    rows += [[7, 8, 9], [10, 11]]  # short rows: found only whole
+    freeze_evalset(
+        pa.table({"ids": rows}),
+        tmp_path / "lm",
+        name="lm",
+        task="language_modeling",
+        target="ids",
+        inputs=InputsSpec(tokens="ids", pad_id=0, max_length=64),
+    )
+    train = [rng.integers(1, 500, 80).tolist() for _ in range(300)]
+    train[0] = [3, 3, *rows[4][5:18], 4]  # a 13-gram of row 4 inside a training text
+    train[1] = [rows[9][0], 499, *rows[9][2:]]  # row 9 with its second id changed: later grams
+    train[2] = [7, 8, 9]
+    pq.write_table(pa.table({"ids": train}), tmp_path / "train.parquet")
+    found = check_leaks(load_evalset(tmp_path / "lm"), str(tmp_path / "train.parquet"))
+    leaks = {leak.row: leak for leak in found.leaks}
+    assert set(leaks) == {4, 9, 100}
+    assert leaks[4].kind == "13-gram" and leaks[4].share == pytest.approx(1 / (len(rows[4]) - 12))
+    assert leaks[9].kind == "13-gram" and 0 < leaks[9].share < 1
+    assert leaks[100].kind == "exact" and leaks[100].train_row == 2
+
+
+def test_row_hashes_differ_for_different_rows_and_agree_for_equal_ones() -> None:
+    rows = np.random.default_rng(0).normal(size=(10_000, 3)).astype(np.float32)
+    hashes = row_hashes(rows)
+    assert len(np.unique(hashes)) == 10_000
+    assert (row_hashes(rows.copy()) == hashes).all()
