@@ -649,6 +649,24 @@ class TestNames:
         assert (target.label, target.slug) == ("m (candidate 9ae2a1ad)", "m-9ae2a1ad")
 
 
+def _retrained(
+    tmp_path: Path, recipe: dict[str, object], before: dict[str, object], after: dict[str, object]
+) -> History:
+    """v1 in W40 (95% right), v2 in W41 (85%): ``recipe`` in both lineages, and each its own."""
+    history = History(str(tmp_path / "store"))
+    record_week(history, "2026-W40", accuracy_mask(N, 0.95), **recipe, **before)  # type: ignore[arg-type]
+    record_week(
+        history,
+        "2026-W41",
+        accuracy_mask(N, 0.85),
+        version=2,
+        checkpoint="d" * 64,
+        **recipe,
+        **after,  # type: ignore[arg-type]
+    )
+    return history
+
+
 class TestWhatChanged:
     """Model or data: a FAIL says what differs between the two checkpoints it compares."""
 
@@ -657,20 +675,10 @@ class TestWhatChanged:
         alert's text; a passing week says nothing of it."""
         from evalsentry.reports.alerts import summary
 
-        history = History(str(tmp_path / "store"))
         recipe = {"git_sha": "c0de" * 10, "config_json": '{"lr": 0.01}', "seed": 1}
-        record_week(history, "2026-W40", accuracy_mask(N, 0.95), data_sha="a1" * 32, **recipe)
+        history = _retrained(tmp_path, recipe, {"data_sha": "a1" * 32}, {"data_sha": "b2" * 32})
         report = gate_week(history, "2026-W40", POLICY)
         assert report.changes == [] and not any("what changed" in d for d in report.details())
-        record_week(
-            history,
-            "2026-W41",
-            accuracy_mask(N, 0.85),
-            version=2,
-            checkpoint="d" * 64,
-            data_sha="b2" * 32,
-            **recipe,
-        )
         report = gate_week(history, "2026-W41", POLICY)
         assert report.problems
         said = "m v1 -> v2: training data changed (a1a1a1a1 -> b2b2b2b2); code and config the same"
@@ -689,18 +697,8 @@ class TestWhatChanged:
     def test_a_fail_of_the_same_data_finds_no_data_cause_and_says_what_changed(
         self, tmp_path: Path
     ) -> None:
-        history = History(str(tmp_path / "store"))
         lineage = {"config_json": '{"lr": 0.01}', "seed": 1, "data_sha": "a1" * 32}
-        record_week(history, "2026-W40", accuracy_mask(N, 0.95), git_sha="c0de" * 10, **lineage)
-        record_week(
-            history,
-            "2026-W41",
-            accuracy_mask(N, 0.85),
-            version=2,
-            checkpoint="d" * 64,
-            git_sha="beef" * 10,
-            **lineage,
-        )
+        history = _retrained(tmp_path, lineage, {"git_sha": "c0de" * 10}, {"git_sha": "beef" * 10})
         report = gate_week(history, "2026-W41", POLICY)
         assert report.diagnosis == (
             "no data cause found. Checked, nothing found: m@v2 on toy: the training data is "
