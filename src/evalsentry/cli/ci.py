@@ -32,6 +32,7 @@ from evalsentry.names import NO_EVALSET
 
 if TYPE_CHECKING:
     from evalsentry.config import Config
+    from evalsentry.evalsets.evalset import Evalset
     from evalsentry.evaluation.candidate import CandidateRun
     from evalsentry.gate.verdicts import GateReport
     from evalsentry.history.store import History
@@ -106,6 +107,12 @@ def gate_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Also print the week's verdict with each evalset's label-error suspects left out, "
         "labelled as such, after the full one (which alone sets the exit code).",
+    )
+    parse.add_argument(
+        "--without-leaks",
+        metavar="TRAIN",
+        help="Also print the week's verdict with the examples found in this training data "
+        "(as evalset leak-check finds them) left out, labelled as such, after the full one.",
     )
     return _with_ci_options(parse)
 
@@ -201,7 +208,12 @@ def gate(argv: Sequence[str]) -> int:
             history=history,
         )
         if args.without_suspects:
-            print_without_suspects(settings, report, args.model, args.evalset, args.slices)
+            print_without(
+                settings, report, args, "label-error suspects", suspects_left_out(settings)
+            )
+        if args.without_leaks:
+            what = f"examples in {args.without_leaks}"
+            print_without(settings, report, args, what, leaks_left_out(args.without_leaks))
         return code
 
 
@@ -362,45 +374,72 @@ def emit_gate(
     return int(report.exit_code)
 
 
-def print_without_suspects(
-    settings: Config, full: GateReport, model: str | None, evalset: str | None, slices: bool
+#: What an evalset's left-out examples are: their ids, and a line saying how many and why.
+LeftOut = Callable[["Evalset"], tuple[set[str], str]]
+
+
+def suspects_left_out(settings: Config) -> LeftOut:
+    """Each evalset's label-error suspects (``--without-suspects``)."""
+
+    def left_out(evalset: Evalset) -> tuple[set[str], str]:
+        from evalsentry.gate.suspects import find_suspects
+        from evalsentry.history.store import History
+
+        found = find_suspects(History(settings.store_url), evalset)
+        ids = {s.example_id for s in found.suspects}
+        return ids, (
+            f"{len(ids):,} of {found.examples:,} examples of {found.evalset} left out "
+            f"({found.method}, from {len(found.checkpoints)} checkpoint(s))"
+        )
+
+    return left_out
+
+
+def leaks_left_out(train: str) -> LeftOut:
+    """Each evalset's examples found in the training data at ``train`` (``--without-leaks``)."""
+
+    def left_out(evalset: Evalset) -> tuple[set[str], str]:
+        from evalsentry.evalsets.leaks import check_leaks
+
+        found = check_leaks(evalset, train)
+        ids = {leak.example_id for leak in found.leaks}
+        return ids, f"{len(ids):,} of {found.examples:,} examples of {found.evalset} left out"
+
+    return left_out
+
+
+def print_without(
+    settings: Config, full: GateReport, args: argparse.Namespace, what: str, find: LeftOut
 ) -> None:
-    """The week's verdict with each evalset's label-error suspects left out, labelled as such.
+    """The week's verdict with some examples of each evalset left out, labelled as such.
 
     Printed after the full verdict, which stands: it alone sets the exit code and is recorded.
+    An evalset whose examples cannot be found (no probabilities, other inputs) is left whole.
     """
     from evalsentry.evalsets.evalset import load_evalset
-    from evalsentry.gate.suspects import HistoryWithout, find_suspects
+    from evalsentry.gate.suspects import HistoryWithout
     from evalsentry.gate.week import gate_week
-    from evalsentry.history.store import History
     from evalsentry.reports.report import HEADERS, comparison_rows
 
     excluded: dict[str, set[str]] = {}
     for name in sorted({c.evalset for c in full.comparisons} - {NO_EVALSET}):
         try:
-            examples = load_evalset(name, evalsets_dir=settings.evalsets_dir)
-            found = find_suspects(History(settings.store_url), examples)
+            excluded[name], said = find(load_evalset(name, evalsets_dir=settings.evalsets_dir))
         except EvalsentryError as exc:
-            echo(f"without label-error suspects: {name} is left whole ({exc})")
+            echo(f"without {what}: {name} is left whole ({exc})")
             continue
-        excluded[name] = {s.example_id for s in found.suspects}
-        echo(
-            f"without label-error suspects: {len(excluded[name]):,} of {found.examples:,} "
-            f"examples of {name} left out ({found.method}, from {len(found.checkpoints)} "
-            "checkpoint(s))"
-        )
-    history = HistoryWithout(settings.store_url, excluded)
+        echo(f"without {what}: {said}")
     report = gate_week(
-        history,
+        HistoryWithout(settings.store_url, excluded),
         full.week,
         settings.gate,
-        model=model,
-        evalset=evalset,
+        model=args.model,
+        evalset=args.evalset,
         evalsets_dir=settings.evalsets_dir,
         drift=settings.drift,
         registry_url=settings.registry_url,
     )
-    shown = [c for c in report.comparisons if slices or not c.slice]
-    title = f"evalsentry gate {report.week} WITHOUT label-error suspects (the verdict above stands)"
+    shown = [c for c in report.comparisons if args.slices or not c.slice]
+    title = f"evalsentry gate {report.week} WITHOUT {what} (the verdict above stands)"
     print_table(f"{title}: {report.verdict}", HEADERS, comparison_rows(shown))
-    echo(f"without label-error suspects: {report.message()}".replace("\n", "\n  "))
+    echo(f"without {what}: {report.message()}".replace("\n", "\n  "))

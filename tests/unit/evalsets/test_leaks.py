@@ -130,3 +130,54 @@ def test_row_hashes_differ_for_different_rows_and_agree_for_equal_ones() -> None
     hashes = row_hashes(rows)
     assert len(np.unique(hashes)) == 10_000
     assert (row_hashes(rows.copy()) == hashes).all()
+
+
+def test_the_gate_prints_the_verdict_without_leaked_examples_after_the_full_one(
+    tabular: tuple[Path, np.ndarray, np.ndarray], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Week 2 loses exactly the leaked examples: without them, nothing was lost."""
+    from evalsentry.gate.metrics import default_metrics
+    from evalsentry.history.store import History
+    from tests.synthetic import predictions, record_week
+
+    root, exact, near = tabular
+    evalset = load_evalset(root / "evalsets" / "rows")
+    leaked = np.concatenate([exact, near])
+    for week, version in (("2026-W40", 1), ("2026-W41", 2)):
+        correct = np.ones(400, bool)
+        if version == 2:
+            correct[leaked] = False
+        target = np.asarray(evalset.targets)
+        columns = {
+            **predictions(correct),
+            "example_id": evalset.ids,
+            "target": target,
+            "prediction": np.where(correct, target, 1 - target),
+        }
+        del columns["slice:half"]
+        record_week(
+            History(str(root / "store")),
+            week,
+            correct,
+            version=version,
+            checkpoint=str(version) * 64,
+            columns=columns,
+            evalset="rows",
+            evalset_sha=evalset.sha256,
+            metrics=default_metrics("classification", 2),
+            num_classes=2,
+        )
+    (root / "evalsentry.yaml").write_text(
+        "store: store\nevalsets: evalsets\ngate:\n  default: {max_drop: 0.01}\n"
+    )
+    argv = ["gate", "--config", str(root / "evalsentry.yaml")]
+    full = main(argv)
+    alone = capsys.readouterr().out
+    assert full == 1 and "FAIL" in alone.splitlines()[0], alone + capsys.readouterr().err
+    assert main([*argv, "--without-leaks", str(root / "train.parquet")]) == full
+    after = capsys.readouterr().out[len(alone) :].splitlines()
+    assert after[0] == (
+        f"without examples in {root / 'train.parquet'}: {len(leaked)} of 400 examples of rows "
+        "left out"
+    )
+    assert after[1].endswith("(the verdict above stands): PASS")
