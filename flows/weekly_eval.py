@@ -44,7 +44,7 @@ from evalsentry.names import WEEKLY_RUN, WEEKLY_STAGES
 from evalsentry.reports.report import run_scope
 from evalsentry.tasks import events
 from evalsentry.tasks.drift import check_drift
-from evalsentry.tasks.evalsets import check_evalset, load_evalset
+from evalsentry.tasks.evalsets import check_evalset, check_split_leaks, load_evalset
 from evalsentry.tasks.evaluate import evaluate_checkpoint, on_device, time_against_previous_week
 from evalsentry.tasks.gate import gate_week
 from evalsentry.tasks.history import write_comparisons, write_drift, write_history
@@ -326,11 +326,11 @@ class Ran:
     outcomes: list[Outcome]
     validations: dict[str, dict[str, Any]]
     drifts: list[DriftResult]
-    timed: list[Comparison]  # paired timing's verdicts, recorded as they were measured
+    timed: list[Comparison]  # paired timing's and split leaks' verdicts, recorded as measured
 
 
 def _run_plan(run: RunContext, plan: WeekPlan, runner: RunnerChoice) -> Ran:
-    """Validate, evaluate and record the plan's pairs (its ERROR rows with them); time, drift."""
+    """Validate, evaluate, record the plan's pairs (and ERROR rows); drift, split leaks, timing."""
     logger = get_run_logger()
     settings, week = run.settings, run.week
     names = sorted({name for _, name in plan.pairs})
@@ -374,17 +374,21 @@ def _run_plan(run: RunContext, plan: WeekPlan, runner: RunnerChoice) -> Ran:
         for d in on_device(check_drift, run.device)(evalset, outcomes, settings, run.device)
     ]
     write_drift(settings.store_url, [d.row(run.run_id, week) for d in drifts])
-    slowdowns: list[Comparison] = []
-    if runner.times_here:  # recorded before the gate of the week, which reads them
-        slowdowns = time_against_previous_week(outcomes, loaded, settings, week, run.device)
-        write_comparisons(settings.store_url, [c.row(run.run_id, now_utc()) for c in slowdowns])
-    return Ran(outcomes, validations, drifts, slowdowns)
+    # Recorded before the gate of the week, which reads them: split leaks, paired timing.
+    measured: list[Comparison] = []
+    if any(b.train_data for b in settings.models.values()):
+        measured += check_split_leaks([o.evaluation for o in outcomes if o.ok], loaded, settings)
+    if runner.times_here:
+        measured += time_against_previous_week(outcomes, loaded, settings, week, run.device)
+    if measured:
+        write_comparisons(settings.store_url, [c.row(run.run_id, now_utc()) for c in measured])
+    return Ran(outcomes, validations, drifts, measured)
 
 
 def _unrecorded(report: GateReport, ran: Ran) -> list[Comparison]:
     """The report's verdicts this run has yet to record.
 
-    All of them but the paired timing it recorded as it measured (the gate read them back).
+    All but the paired timing and split leaks it recorded as measured (the gate read them back).
     """
     timed = {(c.evaluation_id, c.metric, c.reference) for c in ran.timed}
     return [

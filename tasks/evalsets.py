@@ -1,4 +1,4 @@
-"""Evalset tasks: verify and validate once per run, then load for inference."""
+"""Evalset tasks: verify and validate once per run, load for inference, check for split leaks."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
+from evalsentry.config import Config
 from evalsentry.evalsets import check, evalset
 from evalsentry.evalsets.evalset import Evalset, evalset_folder, fingerprint
+from evalsentry.gate.leak_verdicts import leak_verdicts
+from evalsentry.gate.verdicts import Comparison
 
 
 def _content_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
@@ -32,3 +35,11 @@ def check_evalset(name: str, evalsets_dir: str) -> dict[str, Any]:
 def load_evalset(name: str, evalsets_dir: str) -> Evalset:
     """Load a verified evalset's tensors (hashes are cached per process, so this is cheap)."""
     return evalset.load_evalset(name, evalsets_dir=evalsets_dir)
+
+
+@task(name="check-split-leaks", cache_policy=NO_CACHE)
+def check_split_leaks(
+    evaluations: list[dict[str, Any]], evalsets: dict[str, Evalset], config: Config
+) -> list[Comparison]:
+    """Each evaluation's split-leak verdict, where its line names its training data."""
+    return leak_verdicts(evaluations, evalsets, config)

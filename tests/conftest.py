@@ -100,6 +100,27 @@ def not_in_github_actions(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture(autouse=True)
+def prefect_console_on_the_run_s_stderr() -> None:
+    """Prefect's console log handler writes to the stream it was built with.
+
+    Built while a test captured its output (``capsys``), that stream is closed when the test
+    ends, and the next flow run in the process (another test) fails writing its first log
+    line. Each test starts with the handler on the stderr of the test run itself.
+    """
+    import logging
+    import sys
+
+    if "prefect.logging.handlers" not in sys.modules:
+        return  # Prefect not loaded: nothing to point anywhere (and not worth importing)
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    loggers = [logging.getLogger(), *map(logging.getLogger, logging.root.manager.loggerDict)]
+    for handler in {h for logger in loggers for h in logger.handlers}:
+        if isinstance(handler, PrefectConsoleHandler):
+            handler.stream = handler.console.file = sys.stderr  # setStream flushes the old one
+
+
 @pytest.fixture
 def pinned_git(monkeypatch: pytest.MonkeyPatch) -> str:
     """Pin the code commit through the environment, as a CI build would."""

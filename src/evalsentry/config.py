@@ -247,12 +247,14 @@ class Traffic(BaseModel):
 
 
 class ModelBinding(BaseModel):
-    """One model line's settings: the evalsets it is evaluated on."""
+    """A model line's evalsets, and its training data (relative to this file) to check them for."""
 
     model_config = SETTINGS
     evalsets: list[str] = Field(
         min_length=1, description="the evalsets this model is evaluated on, and only these"
     )
+    train_data: str | None = Field(None, description="files each week's split-leak check reads")
+    leak: Literal["warn", "fail"] = Field("warn", description="what a split leak makes the week")
 
 
 class ImportSource(BaseModel):

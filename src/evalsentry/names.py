@@ -28,6 +28,9 @@ RUN_KINDS: tuple[RunKind, ...] = (WEEKLY_RUN, CANDIDATE_CHECK)
 #: The ``metric`` of a paired-timing verdict (a new production checkpoint against last week's):
 #: stored with the gate's comparisons, and part of the week's verdict from then on.
 TIMING_METRIC: Final = "microseconds_per_example"
+#: The ``metric`` of a split-leak verdict (a line's evalset holding rows of its ``train_data``):
+#: recorded by the weekly run with the gate's comparisons, part of the week's verdict.
+LEAK_METRIC: Final = "leaked_examples"
 #: The metric names of a harness's per-example scores (``score:acc``): each is the mean of the
 #: predictions column of the same name (``evalsentry.harnesses``), higher is better.
 SCORE_PREFIX: Final = "score:"

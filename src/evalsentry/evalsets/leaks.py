@@ -62,17 +62,19 @@ class LeakCheck:
     method: str
     leaks: list[Leak] = field(default_factory=list)
 
+    def kinds(self) -> str:
+        """``exact 10, near 6``: the leaks by kind; ``none``."""
+        counts = {k: sum(leak.kind == k for leak in self.leaks) for k in ("exact", "near")}
+        counts[f"{NGRAM}-gram"] = sum(leak.kind == f"{NGRAM}-gram" for leak in self.leaks)
+        return ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none"
+
     def headline(self) -> str:
         """``leak check of digits against train.parquet (1,078 rows): 3 of 719 ...``."""
-        kinds = {
-            k: sum(leak.kind == k for leak in self.leaks) for k in ("exact", "near", "13-gram")
-        }
-        counts = ", ".join(f"{k} {v}" for k, v in kinds.items() if v) or "none"
         share = len(self.leaks) / self.examples if self.examples else 0.0
         return (
             f"leak check of {self.evalset} against {self.train} ({self.train_rows:,} rows): "
             f"{len(self.leaks):,} of {self.examples:,} examples ({share:.1%}) are in the "
-            f"training data ({counts}); {self.method}"
+            f"training data ({self.kinds()}); {self.method}"
         )
 
     def to_dict(self) -> dict[str, Any]:

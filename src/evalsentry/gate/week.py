@@ -26,7 +26,7 @@ from evalsentry.gate.pairs import (
 )
 from evalsentry.gate.verdicts import SEVERITY, Comparison, GateReport, Reference, Verdict
 from evalsentry.history.store import History
-from evalsentry.names import NO_EVALSET, TIMING_METRIC, WEEKLY_RUN
+from evalsentry.names import LEAK_METRIC, NO_EVALSET, TIMING_METRIC, WEEKLY_RUN
 from evalsentry.weeks import latest_week, weeks_in_order
 
 if TYPE_CHECKING:
@@ -308,10 +308,11 @@ def week_drift(
 
 
 def _stored_timing(history: History, current: pd.DataFrame) -> list[Comparison]:
-    """The paired-timing verdicts recorded for these evaluations (by the run that timed them).
+    """The paired-timing and split-leak verdicts recorded for these evaluations.
 
-    Timing runs in the weekly run (it needs the checkpoints and the device); its verdict is
-    part of the week from then on, so every later gate of the week reports it too.
+    Both run in the weekly run (timing needs the checkpoints and the device, the leak check the
+    training data); their verdicts are part of the week from then on, so every later gate of
+    the week reports them too.
     """
     from evalsentry.history.frames import records
 
@@ -320,8 +321,8 @@ def _stored_timing(history: History, current: pd.DataFrame) -> list[Comparison]:
     stored = history.comparisons(current["evaluation_id"])
     if stored.empty:
         return []
-    timing = stored[stored["metric"] == TIMING_METRIC]
-    return [Comparison.from_row(row) for row in records(timing)]
+    measured = stored[stored["metric"].isin([TIMING_METRIC, LEAK_METRIC])]
+    return [Comparison.from_row(row) for row in records(measured)]
 
 
 def nothing_evaluated(
