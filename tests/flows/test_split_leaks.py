@@ -65,4 +65,5 @@ def test_a_leak_is_a_warn_of_the_week_a_fail_where_configured_and_clean_data_pas
         + "models:\n  toy-model: {evalsets: [toy], train_data: train.parquet, leak: fail}\n"
     )
     assert main(["run", "--week", "2026-W42", *config]) == 1
-    assert "2026-W42: FAIL toy-model@v1 leaked_examples" in capsys.readouterr().err
+    said = capsys.readouterr()
+    assert "2026-W42: FAIL toy-model@v1 leaked_examples" in said.out + said.err
