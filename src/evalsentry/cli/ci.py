@@ -182,20 +182,11 @@ def gate(argv: Sequence[str]) -> int:
     )
     review = review_of(args, "gate", [args.evalset] if args.evalset else [], title)
     with reported(review):
-        from evalsentry.gate.week import gate_week
         from evalsentry.weeks import check_week
 
         settings, history = project(args.config)
-        report = gate_week(
-            history,
-            check_week(args.week) if args.week is not None else None,
-            settings.gate,
-            model=args.model,
-            evalset=args.evalset,
-            evalsets_dir=settings.evalsets_dir,
-            drift=settings.drift,
-            registry_url=settings.registry_url,
-        )
+        week = check_week(args.week) if args.week is not None else None
+        report = _gate_week(history, settings, week, args)
         if review is not None:
             review = replace(review, title=f"{report.week} {title}")
         code = emit_gate(
@@ -418,7 +409,6 @@ def print_without(
     """
     from evalsentry.evalsets.evalset import load_evalset
     from evalsentry.gate.suspects import HistoryWithout
-    from evalsentry.gate.week import gate_week
     from evalsentry.reports.report import HEADERS, comparison_rows
 
     excluded: dict[str, set[str]] = {}
@@ -429,9 +419,22 @@ def print_without(
             echo(f"without {what}: {name} is left whole ({exc})")
             continue
         echo(f"without {what}: {said}")
-    report = gate_week(
-        HistoryWithout(settings.store_url, excluded),
-        full.week,
+    report = _gate_week(HistoryWithout(settings.store_url, excluded), settings, full.week, args)
+    shown = [c for c in report.comparisons if args.slices or not c.slice]
+    title = f"evalsentry gate {report.week} WITHOUT {what} (the verdict above stands)"
+    print_table(f"{title}: {report.verdict}", HEADERS, comparison_rows(shown))
+    echo(f"without {what}: {report.message()}".replace("\n", "\n  "))
+
+
+def _gate_week(
+    history: History, settings: Config, week: str | None, args: argparse.Namespace
+) -> GateReport:
+    """``evalsentry gate``'s report of ``week`` from ``history``, as its options ask."""
+    from evalsentry.gate.week import gate_week
+
+    return gate_week(
+        history,
+        week,
         settings.gate,
         model=args.model,
         evalset=args.evalset,
@@ -439,7 +442,3 @@ def print_without(
         drift=settings.drift,
         registry_url=settings.registry_url,
     )
-    shown = [c for c in report.comparisons if args.slices or not c.slice]
-    title = f"evalsentry gate {report.week} WITHOUT {what} (the verdict above stands)"
-    print_table(f"{title}: {report.verdict}", HEADERS, comparison_rows(shown))
-    echo(f"without {what}: {report.message()}".replace("\n", "\n  "))
