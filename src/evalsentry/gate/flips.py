@@ -8,7 +8,6 @@ reverse (newly right), by top-1 correctness, read from the history's stored pred
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -44,95 +43,26 @@ def flipped_ids(
     None when either evaluation's predictions are missing, their examples differ, or the task
     has no right or wrong to flip (regression: float predictions; language modelling: none).
     """
-    found = _flips(history, evaluation_id, reference_evaluation_id)
+    found = flips_of(history, evaluation_id, reference_evaluation_id)
     if found is None:
         return None
-    current, _, newly_wrong, newly_right = found
-    return current["example_id"][newly_wrong], current["example_id"][newly_right]
-
-
-#: Fewer newly wrong examples than this say nothing about where they concentrate.
-MIN_FLIPS = 5
+    ids = found.current["example_id"]
+    return ids[found.newly_wrong], ids[found.newly_right]
 
 
 @dataclass(frozen=True)
-class Concentration:
-    """Where a line's newly wrong examples are: ``text`` in words, the ``classes`` beyond chance."""
+class Flips:
+    """Two evaluations' top-1 correctness side by side, in the current's example order."""
 
-    text: str
-    classes: tuple[str, ...]
-
-
-def class_concentration(
-    history: History, evaluation_id: str, reference_evaluation_id: str, alpha: float = 0.05
-) -> Concentration | None:
-    """Whether the newly wrong examples sit in some classes beyond chance, in words.
-
-    Of the examples the reference got right, each class's share of the newly wrong is tested
-    against its share of those examples (hypergeometric, upper tail, Holm over the classes):
-    ``46 of 52 flips are in classes 3, 5, 8 (p=1e-20, ...)``. None for a task without classes
-    or with fewer than ``MIN_FLIPS`` flips.
-    """
-    found = _flips(history, evaluation_id, reference_evaluation_id)
-    if found is None or np.asarray(found[0]["target"]).ndim != 1:
-        return None
-    current, was_right, newly_wrong, _ = found
-    flips = int(newly_wrong.sum())
-    if flips < MIN_FLIPS:
-        return None
-    targets = np.asarray(current["target"])[was_right]
-    classes, at_risk = np.unique(targets, return_counts=True)
-    hits = np.array([int(newly_wrong[was_right][targets == c].sum()) for c in classes])
-    total = int(at_risk.sum())
-    tails = np.array(
-        [_upper_tail(int(h), total, int(k), flips) for h, k in zip(hits, at_risk, strict=True)]
-    )
-    adjusted = _holm(tails)
-    test = f"hypergeometric, Holm over {len(classes)} classes"
-    beyond = (adjusted < alpha) & (hits > flips * at_risk / at_risk.sum())
-    if not beyond.any():
-        return Concentration(f"{flips} flips spread over the classes as chance would ({test})", ())
-    named = tuple(str(c) for c in classes[beyond])
-    return Concentration(
-        f"{int(hits[beyond].sum())} of {flips} flips are in classes {', '.join(named)} "
-        f"(p={float(adjusted[beyond].max()):.1g}, {test})",
-        named,
-    )
+    current: dict[str, np.ndarray]  # the current's columns
+    reference_prediction: np.ndarray
+    was_right: np.ndarray  # the reference got it right
+    newly_wrong: np.ndarray
+    newly_right: np.ndarray
 
 
-def _upper_tail(hits: int, total: int, in_class: int, drawn: int) -> float:
-    """P(X >= hits) for X hypergeometric: ``drawn`` of ``total``, ``in_class`` of them marked.
-
-    Summed exactly in log space (no scipy: the gate's command starts without it).
-    """
-    top = min(in_class, drawn)
-    if hits > top:
-        return 0.0
-    x = np.arange(max(hits, 0), top + 1)
-    log_terms = _log_choose(in_class, x) + _log_choose(total - in_class, drawn - x)
-    log_terms -= math.lgamma(total + 1) - math.lgamma(drawn + 1) - math.lgamma(total - drawn + 1)
-    peak = float(log_terms.max())
-    return float(min(1.0, math.exp(peak) * np.exp(log_terms - peak).sum()))
-
-
-def _log_choose(n: int, k: np.ndarray) -> np.ndarray:
-    lgamma = np.vectorize(math.lgamma, otypes=[np.float64])
-    return np.asarray(math.lgamma(n + 1) - lgamma(k + 1) - lgamma(n - k + 1), dtype=np.float64)
-
-
-def _holm(p_values: np.ndarray) -> np.ndarray:
-    """Holm's step-down adjustment of ``p_values`` (family-wise error)."""
-    order = np.argsort(p_values)
-    steps = (len(p_values) - np.arange(len(p_values))) * p_values[order]
-    adjusted = np.empty_like(steps)
-    adjusted[order] = np.minimum(np.maximum.accumulate(steps), 1.0)
-    return np.asarray(adjusted, dtype=np.float64)
-
-
-def _flips(
-    history: History, evaluation_id: str, reference_evaluation_id: str
-) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray] | None:
-    """The current's columns (example order), and which the reference got right, newly wrong, newly right.
+def flips_of(history: History, evaluation_id: str, reference_evaluation_id: str) -> Flips | None:
+    """Which examples flipped between the reference and the current, in example order.
 
     None where there is no right or wrong to flip (see :func:`flipped_ids`).
     """
@@ -153,7 +83,7 @@ def _flips(
         return None
     was_right = aligned["prediction"] == aligned["target"]
     newly_wrong, newly_right = flip_masks(was_right, current["prediction"] == current["target"])
-    return current, was_right, newly_wrong, newly_right
+    return Flips(current, aligned["prediction"], was_right, newly_wrong, newly_right)
 
 
 def _labelled(columns: dict[str, np.ndarray]) -> bool:

@@ -15,8 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from evalsentry.gate.flips import Concentration, class_concentration, flipped_ids
+from evalsentry.gate.concentration import Concentration, concentration
+from evalsentry.gate.flips import flipped_ids
 from evalsentry.gate.verdicts import Comparison, GateReport, Reference, Verdict
+from evalsentry.names import LEAK_METRIC
 from evalsentry.weeks import week_start, weeks_in_order
 
 if TYPE_CHECKING:
@@ -90,6 +92,7 @@ class Findings:
     same_checkpoint: bool
     where: Concentration | None
     suspects: FlipSuspects | None
+    evaluation_id: str = ""
 
     def lines(self) -> list[str]:
         """``what changed: ...``, ``where the flips are: ...``, ``label-error suspects: ...``."""
@@ -173,8 +176,9 @@ def _findings(
         what_changed(reference, current),
         *_differences(reference, current),
         _same_checkpoint(reference, current),
-        class_concentration(history, *ids),
+        concentration(history, *ids),
         _suspects_among_flips(history, current, reference),
+        ids[0],
     )
 
 
@@ -191,11 +195,16 @@ def _suspects_among_flips(
     return None if flips is None else flipped_suspects(history, current, flips[0])
 
 
-def diagnose(findings: Sequence[Findings], drifted: Sequence[DriftResult]) -> str:
+def diagnose(
+    findings: Sequence[Findings],
+    drifted: Sequence[DriftResult],
+    comparisons: Sequence[Comparison] = (),
+) -> str:
     """A failed week's first word on why, built only from what was measured; "" with nothing.
 
     Data causes are a change of the training data, newly wrong examples that are label-error
-    suspects, and drifted live inputs: ``likely data: digits@v3 on digits: training data changed
+    suspects, evalset rows found in the training data (the week's split-leak verdicts among
+    ``comparisons``, where the line names its training data) and drifted live inputs: ``likely data: digits@v3 on digits: training data changed
     (...); live inputs drifted (...). Checked, nothing found: digits@v3 on digits: 0 of 52 newly
     wrong examples are label-error suspects. Where: digits@v3 on digits: flips concentrate in
     classes 5, 8. Also changed: config, seed.`` Without one it opens ``no data cause found.``
@@ -215,11 +224,12 @@ def diagnose(findings: Sequence[Findings], drifted: Sequence[DriftResult]) -> st
             said = f"{f.suspects.hits} of {f.suspects.flips} newly wrong examples are label-error suspects"
             (data if f.suspects.hits else cleared).append(f"{f.line}: {said}")
         if f.where is not None:
-            classes = ", ".join(f.where.classes)
+            places = f.where.places
             spread = "the flips spread over the classes as chance would"
-            where.append(
-                f"{f.line}: {f'flips concentrate in classes {classes}' if classes else spread}"
-            )
+            where.append(f"{f.line}: {f'flips concentrate in {places}' if places else spread}")
+        leak = _leak_of(f, comparisons)
+        if leak is not None:
+            (data if leak[0] else cleared).append(f"{f.line}: {leak[1]}")
         model += [words for words in ("code", "config", "seed") if words in f.changed]
         if f.same_checkpoint:
             model.append("nothing of the model (the same checkpoint: its environment changed)")
@@ -234,6 +244,17 @@ def diagnose(findings: Sequence[Findings], drifted: Sequence[DriftResult]) -> st
     if model:
         said += f" Also changed: {', '.join(dict.fromkeys(model))}."
     return said
+
+
+def _leak_of(found: Findings, comparisons: Sequence[Comparison]) -> tuple[bool, str] | None:
+    """Whether the split-leak check found rows of the line's training data, in words."""
+    for c in comparisons:
+        if c.metric == LEAK_METRIC and c.evaluation_id == found.evaluation_id and c.n is not None:
+            count = int(c.value or 0)
+            if not count:
+                return False, "no evalset row is in its training data"
+            return True, f"{count:,} of {c.n:,} evalset rows are in its training data (a leak)"
+    return None
 
 
 def _config_change(before: Any, after: Any) -> str | None:

@@ -125,7 +125,7 @@ def gate_week(
     comparisons += _gate_lines(history, week, frame[frame["status"] == "ok"], policy, evalsets_dir)
     findings = lineage_changes(frame, week, comparisons, history)
     report = GateReport(week, comparisons, policy.strict, drifts, fails, changes_of(findings))
-    return replace(report, diagnosis=diagnose(findings, report.drifted))
+    return replace(report, diagnosis=diagnose(findings, report.drifted, comparisons))
 
 
 def _gate_lines(

@@ -13,7 +13,7 @@ from evalsentry.gate.drift import DriftResult
 from evalsentry.gate.verdicts import brief_reason
 from evalsentry.gate.week import Comparison, GateReport, Verdict, gate_candidate, gate_week
 from evalsentry.history.store import History
-from tests.synthetic import accuracy_mask, record_week
+from tests.synthetic import accuracy_mask, predictions, record_week
 
 N = 1000
 POLICY = GatePolicy(default=Tolerance(max_drop=0.01), metrics={"nll": Tolerance(max_drop="50%")})
@@ -708,6 +708,32 @@ class TestWhatChanged:
         passing = gate_week(history, "2026-W40", POLICY)
         assert passing.diagnosis == "" and not any("diagnosis" in d for d in passing.details())
 
+    def test_the_split_leak_verdict_is_a_data_cause_or_a_cleared_one(self, tmp_path: Path) -> None:
+        """A line naming its training data: a leak found is a likely data cause, none is
+        checked-and-cleared; without the check nothing is said of leaks."""
+        from dataclasses import replace
+
+        from evalsentry.gate.lineage import diagnose, lineage_changes
+        from evalsentry.gate.verdicts import Reference
+        from evalsentry.names import LEAK_METRIC
+
+        lineage = {"config_json": '{"lr": 0.01}', "seed": 1, "data_sha": "a1" * 32}
+        history = _retrained(tmp_path, lineage, {"git_sha": "c0de" * 10}, {"git_sha": "beef" * 10})
+        report = gate_week(history, "2026-W41", POLICY)
+        findings = lineage_changes(history.evaluations(), "2026-W41", report.comparisons, history)
+        (current,) = {f.evaluation_id for f in findings}
+        leak = Comparison(current, "2026-W41", "m", 2, "toy", Reference.NONE, LEAK_METRIC,
+                          Verdict.WARN, "leaked", value=12.0, n=N)  # fmt: skip
+        said = diagnose(findings, (), [leak])
+        assert said.startswith(
+            f"likely data: m@v2 on toy: 12 of {N:,} evalset rows are in its training data (a leak)."
+        )
+        clean = diagnose(findings, (), [replace(leak, value=0.0, verdict=Verdict.PASS)])
+        assert clean.startswith("no data cause found. Checked, nothing found: m@v2 on toy: the ")
+        assert "m@v2 on toy: no evalset row is in its training data." in clean
+        assert "training data (a leak)" not in diagnose(findings, ())
+        assert "in its training data" not in diagnose(findings, (), [replace(leak, n=None)])
+
     def test_the_config_seed_and_an_unchanged_checkpoint_are_named(self) -> None:
         from evalsentry.gate.lineage import what_changed
 
@@ -731,7 +757,7 @@ class TestWhereTheFlipsAre:
     """A FAIL says whether its newly wrong examples sit in some classes beyond chance."""
 
     def test_flips_in_one_class_are_named_and_spread_ones_are_not(self, tmp_path: Path) -> None:
-        from evalsentry.gate.flips import class_concentration
+        from evalsentry.gate.concentration import concentration
         from tests.synthetic import CLASSES
 
         rng = np.random.default_rng(5)
@@ -740,21 +766,51 @@ class TestWhereTheFlipsAre:
         before = record_week(history, "2026-W40", np.ones(N, bool))
         broken = ~((target == 1) & (rng.random(N) < 0.3))  # a labelling batch on class 1
         after = record_week(history, "2026-W41", broken, version=2, checkpoint="d" * 64)
-        found = class_concentration(history, after, before)
+        found = concentration(history, after, before)
         flips = int((~broken).sum())
         assert found is not None and found.text.startswith(
             f"{flips} of {flips} flips are in classes 1 (p="
         )
-        assert found.text.endswith(f"hypergeometric, Holm over {CLASSES} classes)")
-        assert found.classes == ("1",)
+        assert f"(hypergeometric, Holm over {CLASSES} classes and 2 slice values)" in found.text
+        assert found.classes == ("1",) and found.slices == ()
+        # Where class 1's examples went: the two cells off its diagonal grew, largest first.
+        wrong = predictions(broken)["prediction"][~broken]
+        grown = sorted(((int((wrong == p).sum()), p) for p in (0, 2)), reverse=True)
+        assert found.cells == tuple(f"1 -> {p}" for _, p in grown)
+        assert found.text.endswith(
+            f"; grown cells (true -> predicted): 1 -> {grown[0][1]} +{grown[0][0]}, "
+            f"1 -> {grown[1][1]} +{grown[1][0]}"
+        )
         report = gate_week(history, "2026-W41", POLICY)
         assert any(d.startswith("where the flips are: m@v2 on toy: ") for d in report.details())
 
         spread = rng.random(N) > 0.08  # the same share lost in every class
         other = record_week(history, "2026-W42", spread, version=3, checkpoint="e" * 64)
-        found = class_concentration(history, other, before)
+        found = concentration(history, other, before)
         assert found is not None and "spread over the classes as chance would" in found.text
-        assert found.classes == ()
+        assert found.classes == () and found.places == ""
+
+    def test_flips_in_one_slice_value_are_named_with_the_classes_in_one_family(
+        self, tmp_path: Path
+    ) -> None:
+        """A broken source (the odd half) is named as a slice; its classes spread as chance."""
+        from evalsentry.gate.concentration import concentration
+        from evalsentry.gate.lineage import diagnose, lineage_changes
+
+        rng = np.random.default_rng(7)
+        odd = np.arange(N) % 2 == 1
+        history = History(str(tmp_path / "store"))
+        before = record_week(history, "2026-W40", np.ones(N, bool))
+        broken = ~(odd & (rng.random(N) < 0.2))
+        after = record_week(history, "2026-W41", broken, version=2, checkpoint="d" * 64)
+        found = concentration(history, after, before)
+        flips = int((~broken).sum())
+        assert found is not None and found.slices == ("half=odd",) and found.classes == ()
+        assert found.text.startswith(f"{flips} of {flips} flips are in slice half=odd (p=")
+        assert found.places == "slice half=odd"
+        report = gate_week(history, "2026-W41", POLICY)
+        findings = lineage_changes(history.evaluations(), "2026-W41", report.comparisons, history)
+        assert "Where: m@v2 on toy: flips concentrate in slice half=odd." in diagnose(findings, ())
 
     @pytest.mark.parametrize(
         ("hits", "total", "in_class", "drawn"),
@@ -772,7 +828,7 @@ class TestWhereTheFlipsAre:
         """Summed in log space without scipy (the gate's command starts without it)."""
         from scipy.stats import hypergeom
 
-        from evalsentry.gate.flips import _upper_tail
+        from evalsentry.gate.concentration import _upper_tail
 
         expected = float(hypergeom.sf(hits - 1, total, in_class, drawn))
         assert _upper_tail(hits, total, in_class, drawn) == pytest.approx(expected, rel=1e-9)
