@@ -15,6 +15,7 @@ from prefect.cache_policies import NO_CACHE
 
 from evalsentry.config import Config
 from evalsentry.gate.drift import DriftResult
+from evalsentry.gate.suspects import week_suspects
 from evalsentry.gate.week import GateReport
 from evalsentry.history.store import History
 from evalsentry.reports.artifacts import bill_rows, details_artifact, report_artifact
@@ -47,6 +48,7 @@ def publish_report(
     ``evaluations`` and ``metrics`` are the rows the report covers (a week's: every current
     result of it, whichever run recorded it). ``bindings`` (model line -> its evalsets, in
     words) is shown at the top of both; ``scope`` says what a partial run itself evaluated.
+    With ``config`` (the weekly flow) both list each evalset's label-error suspects.
 
     Publishes the Markdown as an artifact, the overall metrics as a table, and a link to this
     run's report file (HTML when written). Returns where to open it: its http link where
@@ -54,12 +56,16 @@ def publish_report(
     """
     history = History(store_url)
     bill = lifetime(history, config, until=report.week) if config is not None else None
+    suspects = (
+        week_suspects(history, evaluations, config.evalsets_dir) if config is not None else None
+    )
     markdown = weekly_markdown(
-        report, evaluations, metrics, validations, drifts, bindings, bill, scope
+        report, evaluations, metrics, validations, drifts, bindings, bill, scope, suspects
     )
     files = {".md": markdown.encode()}
     if config is not None:
-        files[".html"] = render_report(history, report, bindings, bill, scope).encode()
+        html = render_report(history, report, bindings, bill, scope, suspects)
+        files[".html"] = html.encode()
     latest = f"{key_prefix}-{report.week}"
     fs, path, kind = _write_reports(store_url, files, file_stem(run_name), latest)
     link, note = browser_link(fs, path, reports_url=config.reports_url if config else None)

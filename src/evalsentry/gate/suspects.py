@@ -166,18 +166,7 @@ def flipped_suspects(
     columns = history.predictions(str(evaluation["evaluation_id"]))
     if columns is None or PROBABILITIES not in columns or not len(newly_wrong):
         return None
-    probabilities, target = columns[PROBABILITIES], np.asarray(columns["target"])
-    multilabel = "hamming" in columns  # a multi-label evaluation's labels are bit masks
-    if multilabel:
-        target = (target[:, None] >> np.arange(probabilities.shape[1])) & 1 == 1
-    examples = Examples(
-        name=str(evaluation["evalset"]),
-        sha256=str(evaluation["evalset_sha256"]),
-        task="multilabel" if multilabel else "classification",
-        classes=[str(i) for i in range(probabilities.shape[1])],
-        ids=np.asarray(columns["example_id"]).astype(str),
-        targets=target,
-    )
+    examples = _examples_from(evaluation, columns)
     try:
         found = find_suspects(history, examples, without=[str(evaluation["checkpoint_sha256"])])
     except Exception as exc:  # noqa: BLE001 - an explanation that cannot be given is left out
@@ -186,6 +175,69 @@ def flipped_suspects(
     suspect_ids = {s.example_id for s in found.suspects}
     hits = sum(str(e) in suspect_ids for e in newly_wrong)
     return FlipSuspects(hits, len(newly_wrong), found)
+
+
+def week_suspects(
+    history: History, evaluations: Sequence[Mapping[str, Any]], evalsets_dir: str | None = None
+) -> dict[str, Suspects | str]:
+    """The label-error suspects of each evalset the week's evaluations ran on, by evalset name.
+
+    Found over the evalset's content as evaluated (from the stored outputs, as a FAIL's are);
+    where none can be found, why, in words (a task without labels to doubt, no probabilities
+    stored, any failure: a report section is never worth the report). Class names are read
+    from the evalset's manifest under ``evalsets_dir`` where it still holds that content.
+    """
+    found: dict[str, Suspects | str] = {}
+    for evaluation in evaluations:
+        name = str(evaluation["evalset"])
+        if name in found or evaluation.get("status") != "ok":
+            continue
+        columns = history.predictions(str(evaluation["evaluation_id"]))
+        if columns is None or PROBABILITIES not in columns:
+            found[name] = (
+                "not looked for: its evaluations hold no class probabilities (suspects are "
+                "found for classification and multi-label evalsets)"
+            )
+            continue
+        examples = _examples_from(evaluation, columns, _class_names(evaluation, evalsets_dir))
+        try:
+            found[name] = find_suspects(history, examples)
+        except Exception as exc:  # noqa: BLE001 - a report section never fails the report
+            found[name] = f"not found: {exc}"
+    return dict(sorted(found.items()))
+
+
+def _class_names(evaluation: Mapping[str, Any], evalsets_dir: str | None) -> list[str] | None:
+    """The evalset's class names, where its manifest still describes the content evaluated."""
+    from evalsentry.evalsets.evalset import evalset_folder, read_spec
+
+    try:
+        spec = read_spec(evalset_folder(str(evaluation["evalset"]), evalsets_dir))
+    except Exception:  # noqa: BLE001 - an imported or removed evalset: class indices then
+        return None
+    same = spec.evalset_sha256 == evaluation.get("evalset_sha256")
+    return [str(c) for c in spec.classes] if same and spec.classes else None
+
+
+def _examples_from(
+    evaluation: Mapping[str, Any],
+    columns: Mapping[str, np.ndarray],
+    classes: list[str] | None = None,
+) -> Examples:
+    """The examples one evaluation's stored outputs describe: ids, given labels, classes."""
+    probabilities, target = columns[PROBABILITIES], np.asarray(columns["target"])
+    multilabel = "hamming" in columns  # a multi-label evaluation's labels are bit masks
+    if multilabel:
+        target = (target[:, None] >> np.arange(probabilities.shape[1])) & 1 == 1
+    width = probabilities.shape[1]
+    return Examples(
+        name=str(evaluation["evalset"]),
+        sha256=str(evaluation["evalset_sha256"]),
+        task="multilabel" if multilabel else "classification",
+        classes=classes if classes and len(classes) == width else [str(i) for i in range(width)],
+        ids=np.asarray(columns["example_id"]).astype(str),
+        targets=target,
+    )
 
 
 def _probabilities(

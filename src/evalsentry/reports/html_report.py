@@ -24,11 +24,13 @@ from evalsentry.names import WEEKLY_RUN
 from evalsentry.reports.bill import PARTS, Lifetime, lifetime_table, weekly_parts
 from evalsentry.reports.report import MODEL_OR_DATA, counts_line
 from evalsentry.reports.svg import WeekChart
+from evalsentry.reports.weekly import SUSPECT_HEADERS, suspect_rows
 from evalsentry.weeks import weeks_up_to
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from evalsentry.gate.suspects import Suspects
     from evalsentry.gate.verdicts import Comparison
 
 VERDICT_COLOUR: dict[str, str] = {
@@ -270,6 +272,7 @@ def render_report(
     bindings: Mapping[str, str] | None = None,
     bill: Lifetime | None = None,
     scope: str | None = None,
+    suspects: Mapping[str, Suspects | str] | None = None,
 ) -> str:
     """The HTML report of ``report``'s week: its verdicts, with trends and the rest from the history.
 
@@ -312,6 +315,7 @@ def render_report(
         )
     body += sections
     body += ["<h2>Live-data drift</h2>", _drift_table(history.drift([week]))]
+    body += _suspects_section(suspects or {}, week)
     body += ["<h2>Lineage</h2>", _lineage_table(this_week)]
     body += ["<h2>Data validation</h2>", _validation_table(this_week)]
     body += ["<h2>Cost</h2>", *_cost_section(evaluations, this_week)]
@@ -335,6 +339,18 @@ def _line_sections(history: History, report: GateReport, evaluations: pd.DataFra
         if (line["week"] == week).any():
             sections.append(_line_section(history, report, line.sort_values("week"), week))
     return sections
+
+
+def _suspects_section(suspects: Mapping[str, Suspects | str], week: str) -> list[str]:
+    """Each evalset's label-error suspects: what was found, and the first of them."""
+    if not suspects:
+        return []
+    body = ["<h2>Label-error suspects</h2>"]
+    for name, found in suspects.items():
+        said, rows = suspect_rows(name, found, week)
+        body.append(f"<p><strong>{esc(name)}</strong>: {esc(said.replace('`', ''))}</p>")
+        body += [html_table(SUSPECT_HEADERS, rows)] if rows else []
+    return body
 
 
 def _drift_table(drift: pd.DataFrame) -> str:

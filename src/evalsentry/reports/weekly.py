@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalsentry.cost import units
 from evalsentry.gate.week import GateReport
@@ -19,6 +19,13 @@ from evalsentry.reports.report import (
     validation_result,
 )
 
+if TYPE_CHECKING:
+    from evalsentry.gate.suspects import Suspects
+
+#: At most this many suspects of an evalset are listed in a report (all: the CLI).
+SUSPECTS_SHOWN = 10
+SUSPECT_HEADERS = ["example", "row", "given", "agreed", "p(agreed)", "p(given)", "agreeing"]
+
 
 def weekly_markdown(
     report: GateReport,
@@ -29,13 +36,15 @@ def weekly_markdown(
     bindings: Mapping[str, str] | None = None,
     bill: Lifetime | None = None,
     scope: str | None = None,
+    suspects: Mapping[str, Suspects | str] | None = None,
 ) -> str:
     """The weekly report, headline and compact summary first, then the details.
 
     The summary fits the Prefect UI's artifact panel; below it come the model lines and the
     evalsets each is bound to, the gate's full table (tolerance, p, flips, why), metrics with
-    CIs, lineage, cost, data validation and drift, and (given ``bill``) each line's lifetime bill.
-    ``scope`` (a partial run's :func:`run_scope`) follows the headline.
+    CIs, lineage, cost, data validation and drift, (given ``suspects``, see
+    :func:`~evalsentry.gate.suspects.week_suspects`) each evalset's label-error suspects, and
+    (given ``bill``) each line's lifetime bill. ``scope`` (a partial run's :func:`run_scope`) follows the headline.
     """
     lines = _headline_and_gate(report, bindings, scope)
     lines += ["### Metrics", "", *_metrics_section(evaluations, metrics)]
@@ -43,6 +52,12 @@ def weekly_markdown(
     lines += ["", "### Data validation", "", *_validation_table(validations)]
     if drifts:
         lines += ["", "### Live-data drift", "", *_drift_table(drifts)]
+    if suspects:
+        lines += ["", "### Label-error suspects", ""]
+        for name, found in suspects.items():
+            said, rows = suspect_rows(name, found, report.week)
+            lines += [f"- **{name}**: {said}", ""]
+            lines += [*md_table(SUSPECT_HEADERS, rows), ""] if rows else []
     lines += _bill_section(evaluations, bill)
     return "\n".join(lines) + "\n"
 
@@ -191,3 +206,28 @@ def _bill_section(evaluations: Sequence[Mapping[str, Any]], bill: Lifetime | Non
         lines += [f"- {line.in_words()}" for line in bill.lines]
         lines += [f"- note: {note}" for note in bill.notes] + [""]
     return lines
+
+
+def suspect_rows(name: str, found: Suspects | str, week: str) -> tuple[str, list[list[str]]]:
+    """What a report says of one evalset's suspects: a sentence, and its first suspects' rows."""
+    if isinstance(found, str):
+        return found, []
+    said = found.headline().removeprefix(f"label-error suspects in {name}: ")
+    if found.suspects:
+        said += (
+            f". All of them: `evalsentry evalset suspects {name}`; the week without them: "
+            f"`evalsentry gate --week {week} --without-suspects`"
+        )
+    rows = [
+        [
+            s.example_id,
+            str(s.row),
+            s.given,
+            s.agreed,
+            f"{s.confidence:.2f}",
+            f"{s.given_probability:.2f}",
+            f"{s.agreeing} of {len(found.checkpoints)}",
+        ]
+        for s in found.suspects[:SUSPECTS_SHOWN]
+    ]
+    return said, rows

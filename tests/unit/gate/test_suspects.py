@@ -305,3 +305,40 @@ def test_the_gate_prints_the_verdict_without_suspects_after_the_full_one(
         "evalsentry gate 2026-W40 WITHOUT label-error suspects (the verdict above stands): "
     )
     assert after[-1].startswith("without label-error suspects: 2026-W40: ")
+
+
+def test_every_week_s_report_has_a_section_of_the_suspects(planted: Planted) -> None:
+    """The week's reports list each evalset's suspects: the same as the command finds, with the
+    evalset's class names; an evalset without probabilities says why none were looked for."""
+    from evalsentry.config import GatePolicy
+    from evalsentry.gate.suspects import week_suspects
+    from evalsentry.gate.week import gate_week
+    from evalsentry.reports.html_report import render_report
+    from evalsentry.reports.weekly import weekly_markdown
+
+    history = planted.history
+    evaluations = history.evaluations().to_dict("records")
+    found = week_suspects(history, evaluations, str(planted.root / "evalsets"))
+    expected = find_suspects(history, planted.evalset)
+    section = found["blobs"]
+    assert not isinstance(section, str) and section.suspects == expected.suspects
+    top = expected.suspects[0]
+
+    report = gate_week(history, "2026-W40", GatePolicy())
+    markdown = weekly_markdown(report, evaluations, [], {}, suspects=found)
+    shown = markdown.split("### Label-error suspects\n", 1)[1]
+    assert (
+        shown.startswith(f"\n- **blobs**: {len(expected.suspects)} of {ROWS} examples (")
+        and "`evalsentry evalset suspects blobs`" in shown
+    )
+    assert f"| {top.example_id} | {top.row} | {top.given} | {top.agreed} | " in shown
+    assert f"{top.agreeing} of 3 |" in shown
+    html = render_report(history, report, suspects=found)
+    assert "<h2>Label-error suspects</h2>" in html and f"<td>{top.example_id}</td>" in html
+
+    bare = [{**evaluations[0], "evaluation_id": "none-stored"}]
+    (said,) = week_suspects(history, bare).values()
+    assert said == (
+        "not looked for: its evaluations hold no class probabilities (suspects are found for "
+        "classification and multi-label evalsets)"
+    )
