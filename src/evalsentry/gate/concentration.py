@@ -54,7 +54,7 @@ def concentration(
 ) -> Concentration | None:
     """Whether the newly wrong examples sit in some classes or slice values beyond chance.
 
-    ``46 of 52 flips are in classes 3, 5, 8 (p=1e-20) (hypergeometric, Holm over 10 classes
+    ``46 of 52 flips are in classes 3, 5, 8 at p=1e-20 (hypergeometric, Holm over 10 classes
     and 2 slice values); grown cells (true -> predicted): 3 -> 8 +14, 5 -> 3 +11``. None for a task
     without classes or with fewer than ``MIN_FLIPS`` flips.
     """
@@ -81,7 +81,7 @@ def concentration(
     parts = [
         f"{_hits(groups, kind, names, found.newly_wrong[right])} of {flips} flips are in "
         f"{'classes' if kind == 'class' else 'slice'} {', '.join(names)} "
-        f"(p={max(beyond[kind, n] for n in names):.1g})"
+        f"at p={max(beyond[kind, n] for n in names):.2g}"
         for kind, names in named.items()
         if names
     ]

@@ -769,7 +769,7 @@ class TestWhereTheFlipsAre:
         found = concentration(history, after, before)
         flips = int((~broken).sum())
         assert found is not None and found.text.startswith(
-            f"{flips} of {flips} flips are in classes 1 (p="
+            f"{flips} of {flips} flips are in classes 1 at p="
         )
         assert f"(hypergeometric, Holm over {CLASSES} classes and 2 slice values)" in found.text
         assert found.classes == ("1",) and found.slices == ()
@@ -806,7 +806,7 @@ class TestWhereTheFlipsAre:
         found = concentration(history, after, before)
         flips = int((~broken).sum())
         assert found is not None and found.slices == ("half=odd",) and found.classes == ()
-        assert found.text.startswith(f"{flips} of {flips} flips are in slice half=odd (p=")
+        assert found.text.startswith(f"{flips} of {flips} flips are in slice half=odd at p=")
         assert found.places == "slice half=odd"
         report = gate_week(history, "2026-W41", POLICY)
         findings = lineage_changes(history.evaluations(), "2026-W41", report.comparisons, history)
