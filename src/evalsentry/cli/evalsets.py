@@ -362,8 +362,16 @@ def evalset_leak_check(
         ),
     ],
     decimals: Annotated[
-        int, typer.Option(help="Near duplicates: equal after rounding to this many places.")
+        int,
+        typer.Option(help="Near rows (tabular, images): equal after rounding to this many places."),
     ] = 2,
+    jaccard: Annotated[
+        float,
+        typer.Option(
+            help="Near rows (token sequences): this 5-gram Jaccard similarity at least "
+            "(MinHash LSH, confirmed exactly; at most 0.98)."
+        ),
+    ] = 0.8,
     fail_on_leak: Annotated[
         bool, typer.Option(help="Exit 1 when any example is in the training data (else 0).")
     ] = False,
@@ -385,17 +393,19 @@ def evalset_leak_check(
     if decimals < 0:
         raise UsageError(f"--decimals: {decimals} is negative; give the places to round to")
     settings = _config(config)
-    found = check_leaks(load_evalset(name, evalsets_dir=settings.evalsets_dir), train, decimals)
+    evalset = load_evalset(name, evalsets_dir=settings.evalsets_dir)
+    found = check_leaks(evalset, train, decimals, jaccard)
     if output == "json":
         echo(json.dumps(found.to_dict(), indent=2))
     elif not found.leaks:
         echo(found.headline())
     else:
+        tokens = "MinHash" in found.method
         rows = [
-            [leak.example_id, leak.row, leak.kind, _blank(leak.train_row), _share(leak)]
+            [leak.example_id, leak.row, leak.kind, _blank(leak.train_row), _share(leak, tokens)]
             for leak in found.leaks
         ]
-        columns = ["example", "row", "kind", "training row", "13-grams found"]
+        columns = ["example", "row", "kind", "training row", "overlap"]
         print_table("WARN " + found.headline(), columns, rows)
     if fail_on_leak and found.leaks:
         raise typer.Exit(1)
@@ -405,5 +415,8 @@ def _blank(value: object) -> object:
     return "" if value is None else value
 
 
-def _share(leak: Any) -> str:
-    return f"{leak.share:.0%}" if leak.kind.endswith("gram") else ""
+def _share(leak: Any, tokens: bool) -> str:
+    """``40% of 13-grams``, ``Jaccard 0.86`` (a near token row); "" where the row is equal."""
+    if leak.kind.endswith("gram"):
+        return f"{leak.share:.0%} of 13-grams"
+    return f"Jaccard {leak.share:.2f}" if tokens and leak.kind == "near" else ""

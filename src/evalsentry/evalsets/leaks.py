@@ -9,10 +9,14 @@ way the evalset's are (so a row is compared as the model receives it):
   after the hash lookup, so no hash collision is ever reported);
 - **near** (fixed-size inputs: tabular rows, images): equal after rounding every value to
   ``decimals`` places (default 2);
+- **near** (token sequences): its set of token 5-grams and a training row's have a Jaccard
+  similarity of at least ``jaccard`` (default 0.8), found by MinHash LSH and confirmed exactly
+  (:mod:`evalsentry.evalsets.near_tokens`): nearly the whole example was seen;
 - **13-gram** (token sequences): the row shares a run of 13 consecutive token ids with a
-  training row, as lm-evaluation-harness's decontamination (after GPT-3); a row shorter than 13
-  tokens counts when it appears whole inside a training row's 13-grams' reach, i.e. as an
-  exact row. Its share of 13-grams found is reported.
+  training row, as lm-evaluation-harness's decontamination (after GPT-3): a span of it was
+  seen. Its share of 13-grams found is reported.
+
+Each example is reported once, by the strongest kind found: exact, then near, then 13-gram.
 
 Each row (or 13-gram) is hashed to 64 bits in numpy, the training hashes are sorted once and
 the evalset's looked up: linear in both sizes but for that sort (``bench.bench_leaks``).
@@ -82,8 +86,17 @@ class LeakCheck:
         return {**asdict(self), "leaks": [asdict(leak) for leak in self.leaks]}
 
 
-def check_leaks(evalset: Evalset, train: str, decimals: int = DEFAULT_DECIMALS) -> LeakCheck:
+def check_leaks(
+    evalset: Evalset,
+    train: str,
+    decimals: int = DEFAULT_DECIMALS,
+    jaccard: float | None = None,
+) -> LeakCheck:
     """The examples of ``evalset`` that are in the training data at ``train``.
+
+    ``decimals`` rounds fixed-size inputs for near rows; ``jaccard`` (default
+    :data:`~evalsentry.evalsets.near_tokens.DEFAULT_JACCARD`) is the 5-gram Jaccard similarity a
+    token sequence needs to be a near row.
 
     Raises:
         EvalsetError: nothing at ``train``, a file that cannot be read, or data without the
@@ -93,9 +106,15 @@ def check_leaks(evalset: Evalset, train: str, decimals: int = DEFAULT_DECIMALS) 
     where = train
     try:
         if isinstance(evalset.inputs, TokenInputs):
+            from evalsentry.evalsets.near_tokens import DEFAULT_JACCARD, SHINGLE
+
+            threshold = DEFAULT_JACCARD if jaccard is None else jaccard
             theirs = token_inputs(table, evalset.spec.inputs, where)
-            leaks = _token_leaks(evalset, evalset.inputs.tokens, theirs.tokens)
-            method = f"exact rows and shared {NGRAM}-grams of token ids"
+            leaks = _token_leaks(evalset, evalset.inputs.tokens, theirs.tokens, threshold)
+            method = (
+                f"exact rows, near ones by MinHash LSH ({SHINGLE}-gram Jaccard >= {threshold:g}, "
+                f"confirmed exactly), and shared {NGRAM}-grams of token ids"
+            )
         else:
             mine = np.asarray(evalset.inputs)
             leaks = _fixed_leaks(
@@ -189,7 +208,9 @@ def _ngram_hashes(tokens: Ragged) -> tuple[np.ndarray, np.ndarray]:
     return row_hashes(windows[inside]), row[inside]
 
 
-def _token_leaks(evalset: Evalset, mine: Ragged, theirs: Ragged) -> list[Leak]:
+def _token_leaks(evalset: Evalset, mine: Ragged, theirs: Ragged, jaccard: float) -> list[Leak]:
+    from evalsentry.evalsets.near_tokens import near_duplicates
+
     grams, rows = _ngram_hashes(mine)
     known = np.sort(_ngram_hashes(theirs)[0])
     at = np.searchsorted(known, grams)
@@ -198,23 +219,25 @@ def _token_leaks(evalset: Evalset, mine: Ragged, theirs: Ragged) -> list[Leak]:
     found[inside] = known[at[inside]] == grams[inside]
     hits = np.bincount(rows[found], minlength=len(mine))
     total = np.bincount(rows, minlength=len(mine))
-    whole = _short_rows_found(mine, theirs)
+    whole = _equal_rows(mine, theirs)
+    near, similarity = near_duplicates(mine, theirs, jaccard)
     leaks = []
     for row in range(len(mine)):
-        if hits[row]:
-            leaks.append(
-                Leak(str(evalset.ids[row]), row, f"{NGRAM}-gram", None, hits[row] / total[row])
-            )
-        elif whole[row] >= 0:
-            leaks.append(Leak(str(evalset.ids[row]), row, "exact", int(whole[row])))
+        example = str(evalset.ids[row])
+        if whole[row] >= 0:
+            leaks.append(Leak(example, row, "exact", int(whole[row])))
+        elif near[row] >= 0:
+            leaks.append(Leak(example, row, "near", int(near[row]), float(similarity[row])))
+        elif hits[row]:
+            leaks.append(Leak(example, row, f"{NGRAM}-gram", None, hits[row] / total[row]))
     return leaks
 
 
-def _short_rows_found(mine: Ragged, theirs: Ragged) -> np.ndarray:
-    """For each row shorter than a 13-gram, an equal training row, else -1 (longer rows: -1)."""
+def _equal_rows(mine: Ragged, theirs: Ragged) -> np.ndarray:
+    """For each row, an equal training row (the same token ids, value for value), else -1."""
     found = np.full(len(mine), -1, np.int64)
     lengths, their_lengths = mine.lengths, theirs.lengths
-    for length in np.unique(lengths[lengths < NGRAM]):
+    for length in np.unique(lengths):
         ours = np.flatnonzero(lengths == length)
         their = np.flatnonzero(their_lengths == length)
         if len(their):

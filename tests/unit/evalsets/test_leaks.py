@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from evalsentry.cli import main
-from evalsentry.errors import EvalsetError
+from evalsentry.errors import EvalsetError, UsageError
 from evalsentry.evalsets.evalset import InputsSpec, load_evalset
 from evalsentry.evalsets.freeze import freeze_evalset
 from evalsentry.evalsets.leaks import check_leaks, row_hashes
@@ -73,7 +73,7 @@ def test_the_command_warns_and_fails_only_when_asked(
     assert main([*base, *config]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("WARN leak check of rows against ")
-    assert out[1].split() == ["example", "row", "kind", "training", "row", "13-grams", "found"]
+    assert out[1].split() == ["example", "row", "kind", "training", "row", "overlap"]
     assert main([*base, "--fail-on-leak", *config]) == 1
     capsys.readouterr()
     assert main([*base, "--format", "json", *config]) == 0
@@ -100,9 +100,18 @@ def test_csv_training_data_and_data_without_the_inputs(
         check_leaks(load_evalset(root / "evalsets" / "rows"), str(root / "missing.parquet"))
 
 
-def test_token_rows_sharing_a_13_gram_with_training_text_are_found(tmp_path: Path) -> None:
+def _shingles(ids: list[int]) -> set[tuple[int, ...]]:
+    return {tuple(ids[i : i + 5]) for i in range(len(ids) - 4)}
+
+
+def test_token_rows_found_exact_near_or_by_a_shared_13_gram(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each example once, by its strongest kind: the same ids, nearly the same (MinHash LSH,
+    5-gram Jaccard >= 0.8, confirmed exactly), or a span of 13 ids inside a training text."""
     rng = np.random.default_rng(5)
     rows = [rng.integers(1, 500, int(n)).tolist() for n in rng.integers(20, 60, 100)]
+    rows[9] = rng.integers(1, 500, 50).tolist()
     rows += [[7, 8, 9], [10, 11]]  # short rows: found only whole
     freeze_evalset(
         pa.table({"ids": rows}),
@@ -114,15 +123,40 @@ def test_token_rows_sharing_a_13_gram_with_training_text_are_found(tmp_path: Pat
     )
     train = [rng.integers(1, 500, 80).tolist() for _ in range(300)]
     train[0] = [3, 3, *rows[4][5:18], 4]  # a 13-gram of row 4 inside a training text
-    train[1] = [rows[9][0], 499, *rows[9][2:]]  # row 9 with its second id changed: later grams
+    train[1] = [rows[9][0], 499, *rows[9][2:]]  # row 9 with its second id changed
     train[2] = [7, 8, 9]
+    train[3] = list(rows[20])  # a whole row, long
+    edited = list(rows[30])
+    edited[::6] = [499] * len(edited[::6])  # every sixth id changed: no 13-gram, far from 0.8
+    train[4] = edited
     pq.write_table(pa.table({"ids": train}), tmp_path / "train.parquet")
     found = check_leaks(load_evalset(tmp_path / "lm"), str(tmp_path / "train.parquet"))
     leaks = {leak.row: leak for leak in found.leaks}
-    assert set(leaks) == {4, 9, 100}
+    assert set(leaks) == {4, 9, 20, 100}
     assert leaks[4].kind == "13-gram" and leaks[4].share == pytest.approx(1 / (len(rows[4]) - 12))
-    assert leaks[9].kind == "13-gram" and 0 < leaks[9].share < 1
+    mine, theirs = _shingles(rows[9]), _shingles(train[1])
+    assert leaks[9].kind == "near" and leaks[9].train_row == 1
+    assert leaks[9].share == pytest.approx(len(mine & theirs) / len(mine | theirs))
+    assert leaks[20].kind == "exact" and leaks[20].train_row == 3
     assert leaks[100].kind == "exact" and leaks[100].train_row == 2
+    assert "MinHash LSH (5-gram Jaccard >= 0.8, confirmed exactly)" in found.method
+    assert found.kinds() == "exact 2, near 1, 13-gram 1"
+    # A stricter threshold: row 9 is then only a span seen.
+    train_file = str(tmp_path / "train.parquet")
+    strict = check_leaks(load_evalset(tmp_path / "lm"), train_file, jaccard=0.98)
+    assert {leak.row: leak.kind for leak in strict.leaks}[9] == "13-gram"
+    with pytest.raises(UsageError, match=r"jaccard: 0\.99 is outside \(0, 0\.98\]"):
+        check_leaks(load_evalset(tmp_path / "lm"), train_file, jaccard=0.99)
+    # The command: each kind's overlap in words; a threshold it cannot use is one line, exit 2.
+    (tmp_path / "evalsentry.yaml").write_text("store: store\nevalsets: .\n")
+    command = ["evalset", "leak-check", "lm", "--train", train_file]
+    command += ["--config", str(tmp_path / "evalsentry.yaml")]
+    assert main(command) == 0
+    table = {line.split()[1]: line for line in capsys.readouterr().out.splitlines()[3:]}
+    assert table["9"].split()[2:] == ["near", "1", "Jaccard", f"{leaks[9].share:.2f}"]
+    assert table["4"].split()[2:] == ["13-gram", f"{leaks[4].share:.0%}", "of", "13-grams"]
+    assert main([*command, "--jaccard", "0.99"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
 
 
 def test_row_hashes_differ_for_different_rows_and_agree_for_equal_ones() -> None:

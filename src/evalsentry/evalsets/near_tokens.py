@@ -1,0 +1,96 @@
+"""Near-duplicate token sequences: MinHash LSH over shingles of token ids, confirmed exactly.
+
+A 13-gram shared with a training text says *a span* of an example was seen; a near duplicate
+says *nearly all of it* was: the example's set of token 5-grams (shingles) and a training
+text's have a Jaccard similarity at or above a stated threshold. Candidates come from
+datasketch's MinHash LSH (128 permutations, its bands and rows chosen for the threshold); each is
+then confirmed with the exact Jaccard of the two shingle sets, so an LSH false positive is
+never reported. The evalset (the smaller side) is indexed; the training rows are streamed
+through it as queries, one MinHash at a time: memory grows with the evalset, time with both.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from evalsentry.errors import UsageError
+from evalsentry.evalsets.inputs import Ragged
+from evalsentry.evalsets.leaks import row_hashes
+
+SHINGLE = 5
+DEFAULT_JACCARD = 0.8
+#: The highest threshold MinHash LSH can band with 128 permutations (two bands of 64).
+MAX_JACCARD = 0.98
+PERMUTATIONS = 128
+#: Training rows hashed per MinHash.bulk call.
+_CHUNK = 4096
+
+
+def shingle_sets(tokens: Ragged) -> list[np.ndarray]:
+    """Each row's distinct 5-grams of token ids, hashed to 64 bits (empty below 5 tokens)."""
+    values = np.asarray(tokens.values, np.int64)
+    if len(values) < SHINGLE:
+        return [np.zeros(0, np.uint64) for _ in range(len(tokens.lengths))]
+    windows = np.lib.stride_tricks.sliding_window_view(values, SHINGLE)
+    hashes = row_hashes(windows)
+    offsets = np.asarray(tokens.offsets)
+    return [
+        np.unique(hashes[start : max(start, end - SHINGLE + 1)])
+        for start, end in itertools.pairwise(offsets)
+    ]
+
+
+def near_duplicates(
+    mine: Ragged, theirs: Ragged, threshold: float = DEFAULT_JACCARD
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each of ``mine``'s rows, the training row most like it at Jaccard >= ``threshold``.
+
+    Returns that row's index (-1 where none) and the exact Jaccard of their 5-gram sets.
+
+    Raises:
+        UsageError: ``threshold`` outside (0, :data:`MAX_JACCARD`].
+    """
+    from datasketch import MinHashLSH
+
+    if not 0 < threshold <= MAX_JACCARD:
+        raise UsageError(
+            f"jaccard: {threshold:g} is outside (0, {MAX_JACCARD}]: give the 5-gram Jaccard "
+            f"similarity a near duplicate has at least (default {DEFAULT_JACCARD})"
+        )
+    ours = shingle_sets(mine)
+    best = np.full(len(ours), -1, np.int64)
+    similarity = np.zeros(len(ours), np.float64)
+    lsh = MinHashLSH(threshold=threshold, num_perm=PERMUTATIONS)
+    with lsh.insertion_session() as session:
+        for row, minhash in _signed(ours):
+            session.insert(row, minhash, check_duplication=False)
+    if lsh.is_empty():
+        return best, similarity
+    theirs_sets = shingle_sets(theirs)
+    for start in range(0, len(theirs_sets), _CHUNK):
+        chunk = theirs_sets[start : start + _CHUNK]
+        for offset, minhash in _signed(chunk):
+            for row in lsh.query(minhash):
+                j = _jaccard(ours[row], chunk[offset])
+                if j >= threshold and j > similarity[row]:
+                    best[row], similarity[row] = start + offset, j
+    return best, similarity
+
+
+def _signed(sets: list[np.ndarray]) -> list[tuple[int, Any]]:
+    """``(row, its MinHash)`` for each row with a shingle (shorter rows: exact duplicates only)."""
+    from datasketch import MinHash
+
+    rows = [i for i, s in enumerate(sets) if len(s)]
+    signatures = MinHash.bulk(
+        [sets[i].tolist() for i in rows], num_perm=PERMUTATIONS, hashfunc=int, scheme="affine64"
+    )
+    return list(zip(rows, signatures, strict=True))
+
+
+def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    shared = len(np.intersect1d(a, b, assume_unique=True))
+    return shared / (len(a) + len(b) - shared)
