@@ -56,6 +56,9 @@ BENCHMARKS: dict[str, Callable[[bool], dict[str, float]]] = {
     "leaks": lambda quick: bench_leaks.run(
         train_rows=100_000 if quick else 1_000_000, eval_rows=10_000 if quick else 100_000
     ),
+    "leaks_tokens": lambda quick: bench_leaks.run_tokens(
+        train_rows=20_000 if quick else 100_000, eval_rows=2_000 if quick else 10_000
+    ),
     "scale": lambda quick: bench_scale.run(checkpoints=(1, 2) if quick else (1, 2, 4)),
     "fan_out": lambda quick: bench_fan_out.run(rounds=1 if quick else 3),
     "gpu": lambda quick: gpu.run(quick=True),

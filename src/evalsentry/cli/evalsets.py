@@ -369,7 +369,7 @@ def evalset_leak_check(
         float,
         typer.Option(
             help="Near rows (token sequences): this 5-gram Jaccard similarity at least "
-            "(MinHash LSH, confirmed exactly; at most 0.98)."
+            "(MinHash LSH, confirmed exactly; at most 0.99)."
         ),
     ] = 0.8,
     fail_on_leak: Annotated[

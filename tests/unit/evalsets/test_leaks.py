@@ -143,10 +143,10 @@ def test_token_rows_found_exact_near_or_by_a_shared_13_gram(
     assert found.kinds() == "exact 2, near 1, 13-gram 1"
     # A stricter threshold: row 9 is then only a span seen.
     train_file = str(tmp_path / "train.parquet")
-    strict = check_leaks(load_evalset(tmp_path / "lm"), train_file, jaccard=0.98)
+    strict = check_leaks(load_evalset(tmp_path / "lm"), train_file, jaccard=0.99)
     assert {leak.row: leak.kind for leak in strict.leaks}[9] == "13-gram"
-    with pytest.raises(UsageError, match=r"jaccard: 0\.99 is outside \(0, 0\.98\]"):
-        check_leaks(load_evalset(tmp_path / "lm"), train_file, jaccard=0.99)
+    with pytest.raises(UsageError, match=r"jaccard: 0\.995 is outside \(0, 0\.99\]"):
+        check_leaks(load_evalset(tmp_path / "lm"), train_file, jaccard=0.995)
     # The command: each kind's overlap in words; a threshold it cannot use is one line, exit 2.
     (tmp_path / "evalsentry.yaml").write_text("store: store\nevalsets: .\n")
     command = ["evalset", "leak-check", "lm", "--train", train_file]
@@ -155,7 +155,7 @@ def test_token_rows_found_exact_near_or_by_a_shared_13_gram(
     table = {line.split()[1]: line for line in capsys.readouterr().out.splitlines()[3:]}
     assert table["9"].split()[2:] == ["near", "1", "Jaccard", f"{leaks[9].share:.2f}"]
     assert table["4"].split()[2:] == ["13-gram", f"{leaks[4].share:.0%}", "of", "13-grams"]
-    assert main([*command, "--jaccard", "0.99"]) == 2
+    assert main([*command, "--jaccard", "0.995"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
 
 
