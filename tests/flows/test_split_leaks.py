@@ -67,3 +67,42 @@ def test_a_leak_is_a_warn_of_the_week_a_fail_where_configured_and_clean_data_pas
     assert main(["run", "--week", "2026-W42", *config]) == 1
     said = capsys.readouterr()
     assert "2026-W42: FAIL toy-model@v1 leaked_examples" in said.out + said.err
+
+
+def test_register_checks_the_line_s_evalsets_for_its_training_data_at_once(
+    toy_project: Path,
+    toy_evalset: Path,
+    toy_checkpoints: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The weekly run's check, said when a version is registered; it never undoes the pin."""
+    root = toy_project.parent
+    settings = toy_project.read_text()
+    toy_project.write_text(
+        settings
+        + "models:\n  toy-model: {evalsets: [toy], train_data: train.parquet, leak: fail}\n"
+        + "  toy-other: {evalsets: [toy], train_data: missing.parquet}\n"
+    )
+    _training_data(toy_evalset, root / "train.parquet", leaked=12)
+    config = ["--config", str(toy_project)]
+    assert (
+        main(["register", str(toy_checkpoints["degraded"]), "--model", "toy-model", *config]) == 0
+    )
+    registered, said = capsys.readouterr().out.splitlines()
+    assert registered.startswith("registered toy-model@v2 (candidate)")
+    assert said.startswith(
+        f"WARN split leaks: leak check of toy against {root / 'train.parquet'} (300 rows): 12 of "
+        "300 examples (4.0%) are in the training data (exact 12)"
+    )
+    assert said.endswith(
+        "each week toy-model is evaluated on toy will FAIL (leak: fail); list them: evalsentry "
+        f"evalset leak-check toy --train {root / 'train.parquet'}"
+    )
+    good = str(toy_checkpoints["good"])
+    assert main(["register", good, "--model", "toy-other", "--new-model", *config]) == 0
+    registered, said = capsys.readouterr().out.splitlines()
+    assert registered.startswith("registered toy-other@v1 (candidate)")
+    assert said.startswith(f"WARN split-leak check of toy not run: {root / 'missing.parquet'}: ")
+    # Registering a file again registers nothing, and checks nothing.
+    assert main(["register", good, "--model", "toy-other", *config]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1

@@ -18,7 +18,7 @@ from evalsentry.cli._app import (
     registry_app,
 )
 from evalsentry.cli.output import echo, print_table
-from evalsentry.errors import UsageError
+from evalsentry.errors import EvalsentryError, UsageError
 
 if TYPE_CHECKING:
     from evalsentry.checkpoints.registry import Registration, RegistryEntry
@@ -119,6 +119,8 @@ def register(
         checkpoint, model, stage, factory, kwargs, copy, new_model, allow_nonfinite, lineage, config
     )
     _print_registered(done, stage, factory, kwargs)
+    if done.new:
+        _check_split_leaks(_config(config), model)
 
 
 def _register_variant(
@@ -164,6 +166,36 @@ def _register_variant(
         )
     else:
         echo(f"{entry.ref} is already the {what} ({entry.stage}); nothing registered")
+
+
+def _check_split_leaks(settings: Config, model: str) -> None:
+    """Where the line names its training data, check each of its evalsets for its rows now.
+
+    The check the weekly run makes, said at once: one line per evalset. It never undoes the
+    registration (the file is pinned); ``leak: fail`` is the weekly verdict's to enforce.
+    """
+    from evalsentry.evalsets.evalset import load_evalset
+    from evalsentry.evalsets.leaks import check_leaks
+
+    binding = settings.models.get(model)
+    if binding is None or binding.train_data is None:
+        return
+    train = settings.resolve(binding.train_data)
+    for name in binding.evalsets:
+        try:
+            found = check_leaks(load_evalset(name, evalsets_dir=settings.evalsets_dir), train)
+        except EvalsentryError as exc:
+            echo(f"WARN split-leak check of {name} not run: {exc}")
+            continue
+        if not found.leaks:
+            echo(f"split leaks: none: {found.headline()}")
+            continue
+        weeks = "FAIL" if binding.leak == "fail" else "WARN"
+        echo(
+            f"WARN split leaks: {found.headline()}; each week {model} is evaluated on {name} will "
+            f"{weeks} (leak: {binding.leak}); list them: evalsentry evalset leak-check {name} "
+            f"--train {train}"
+        )
 
 
 def _factory_kwargs(factory: str | None, factory_kwargs: str | None) -> dict[str, Any] | None:
