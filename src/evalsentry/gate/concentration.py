@@ -56,7 +56,8 @@ def concentration(
 
     ``46 of 52 flips are in classes 3, 5, 8 at p=1e-20 (hypergeometric, Holm over 10 classes
     and 2 slice values); grown cells (true -> predicted): 3 -> 8 +14, 5 -> 3 +11``. None for a task
-    without classes or with fewer than ``MIN_FLIPS`` flips.
+    without classes (or with one, as an imported harness run's right-or-wrong, and no slice) or
+    with fewer than ``MIN_FLIPS`` flips.
     """
     found = flips_of(history, evaluation_id, reference_evaluation_id)
     if found is None or np.asarray(found.current["target"]).ndim != 1:
@@ -64,9 +65,10 @@ def concentration(
     flips = int(found.newly_wrong.sum())
     if flips < MIN_FLIPS:
         return None
-
     right = found.was_right
     groups = _groups(found.current, right)
+    if not groups:
+        return None  # one class and no slice (an imported harness run: right or wrong)
     adjusted, more = _adjusted(groups, found.newly_wrong[right])
     beyond = {
         (g.kind, g.name): float(p)
@@ -75,9 +77,9 @@ def concentration(
     }
     named = {kind: tuple(n for k, n in beyond if k == kind) for kind in ("class", "slice")}
     n_classes = sum(g.kind == "class" for g in groups)
-    test = f"hypergeometric, Holm over {n_classes} classes" + (
-        f" and {len(groups) - n_classes} slice values" if len(groups) > n_classes else ""
-    )
+    counted = [f"{n_classes} classes"] if n_classes else []
+    counted += [f"{len(groups) - n_classes} slice values"] if len(groups) > n_classes else []
+    test = f"hypergeometric, Holm over {' and '.join(counted)}"
     parts = [
         f"{_hits(groups, kind, names, found.newly_wrong[right])} of {flips} flips are in "
         f"{'classes' if kind == 'class' else 'slice'} {', '.join(names)} "
@@ -85,9 +87,9 @@ def concentration(
         for kind, names in named.items()
         if names
     ]
-    spread = f"{flips} flips spread over the classes as chance would"
+    spread = f"{flips} flips spread over the {'classes' if n_classes else 'slices'} as chance would"
     text = f"{'; '.join(parts) if parts else spread} ({test})"
-    cells = _grown_cells(found.current, found.reference_prediction)
+    cells = _grown_cells(found.current, found.reference_prediction) if n_classes else []
     if cells:
         text += f"; grown cells (true -> predicted): {', '.join(cells)}"
     return Concentration(
@@ -105,7 +107,8 @@ class _Group:
 def _groups(current: dict[str, Any], right: np.ndarray) -> list[_Group]:
     """Every class and every slice value, as masks over the examples the reference got right."""
     target = np.asarray(current["target"])[right]
-    groups = [_Group("class", str(c), target == c) for c in np.unique(target)]
+    classes = np.unique(target)
+    groups = [_Group("class", str(c), target == c) for c in classes] if len(classes) > 1 else []
     for name, values in slice_columns(current).items():
         labels = np.asarray(values).astype(str)[right]
         groups += [_Group("slice", f"{name}={v}", labels == v) for v in np.unique(labels)]

@@ -832,3 +832,32 @@ class TestWhereTheFlipsAre:
 
         expected = float(hypergeom.sf(hits - 1, total, in_class, drawn))
         assert _upper_tail(hits, total, in_class, drawn) == pytest.approx(expected, rel=1e-9)
+
+
+def test_right_or_wrong_rows_concentrate_only_by_slice(tmp_path: Path) -> None:
+    """An imported harness run's rows (target 1, prediction right or wrong) have no classes to
+    name: without a slice nothing is said; with one, only slices are tested."""
+    from evalsentry.gate.concentration import concentration
+
+    history = History(str(tmp_path / "store"))
+    ids = np.array([f"doc-{i:04d}" for i in range(N)])
+    odd = np.arange(N) % 2 == 1
+    lost = odd & (np.arange(N) % 10 == 1)
+
+    def harness(right: np.ndarray, sliced: bool) -> dict[str, np.ndarray]:
+        columns = {"example_id": ids, "target": np.ones(N, np.int64),
+                   "prediction": right.astype(np.int64)}  # fmt: skip
+        return {**columns, "slice:half": np.where(odd, "odd", "even")} if sliced else columns
+
+    for sliced, week in ((False, 40), (True, 42)):
+        before = record_week(history, f"2026-W{week}", np.ones(N, bool), metrics=(),
+                             columns=harness(np.ones(N, bool), sliced))  # fmt: skip
+        after = record_week(history, f"2026-W{week + 1}", ~lost, metrics=(), version=2,
+                            checkpoint="d" * 64, columns=harness(~lost, sliced))  # fmt: skip
+        found = concentration(history, after, before)
+        if not sliced:
+            assert found is None
+            continue
+        assert found is not None and found.classes == () and found.cells == ()
+        assert found.slices == ("half=odd",)
+        assert found.text.endswith("(hypergeometric, Holm over 2 slice values)")
