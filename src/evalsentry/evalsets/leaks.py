@@ -102,6 +102,10 @@ def check_leaks(
         EvalsetError: nothing at ``train``, a file that cannot be read, or data without the
             evalset's input columns.
     """
+    from evalsentry.evalsets.near_tokens import check_jaccard
+
+    if jaccard is not None:
+        check_jaccard(jaccard)  # refused for any evalset: a setting never silently unused
     table = read_training(train)
     where = train
     try:

@@ -46,6 +46,19 @@ def shingle_sets(tokens: Ragged) -> list[np.ndarray]:
     ]
 
 
+def check_jaccard(threshold: float) -> None:
+    """Refuse a threshold MinHash LSH cannot band, naming the setting and its range.
+
+    Raises:
+        UsageError: ``threshold`` outside (0, :data:`MAX_JACCARD`].
+    """
+    if not 0 < threshold <= MAX_JACCARD:
+        raise UsageError(
+            f"jaccard: {threshold:g} is outside (0, {MAX_JACCARD}]: give the 5-gram Jaccard "
+            f"similarity a near duplicate has at least (default {DEFAULT_JACCARD})"
+        )
+
+
 def near_duplicates(
     mine: Ragged, theirs: Ragged, threshold: float = DEFAULT_JACCARD
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -58,11 +71,7 @@ def near_duplicates(
     """
     from datasketch import MinHashLSH
 
-    if not 0 < threshold <= MAX_JACCARD:
-        raise UsageError(
-            f"jaccard: {threshold:g} is outside (0, {MAX_JACCARD}]: give the 5-gram Jaccard "
-            f"similarity a near duplicate has at least (default {DEFAULT_JACCARD})"
-        )
+    check_jaccard(threshold)
     ours = shingle_sets(mine)
     best = np.full(len(ours), -1, np.int64)
     similarity = np.zeros(len(ours), np.float64)

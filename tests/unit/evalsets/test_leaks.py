@@ -75,6 +75,7 @@ def test_the_command_warns_and_fails_only_when_asked(
     assert out[0].startswith("WARN leak check of rows against ")
     assert out[1].split() == ["example", "row", "kind", "training", "row", "overlap"]
     assert main([*base, "--fail-on-leak", *config]) == 1
+    assert main([*base, "--jaccard", "1.5", *config]) == 2  # tabular rows: refused all the same
     capsys.readouterr()
     assert main([*base, "--format", "json", *config]) == 0
     document = json.loads(capsys.readouterr().out)
