@@ -55,17 +55,16 @@ def publish_report(
     ``reports_url`` is configured, else the file's URL.
     """
     history = History(store_url)
-    bill = lifetime(history, config, until=report.week) if config is not None else None
-    suspects = (
-        week_suspects(history, evaluations, config.evalsets_dir) if config is not None else None
-    )
+    bill, suspects = None, None
+    if config is not None:  # the weekly flow's report: its lifetime bill, the label suspects
+        bill = lifetime(history, config, until=report.week)
+        suspects = week_suspects(history, evaluations, config.evalsets_dir)
     markdown = weekly_markdown(
         report, evaluations, metrics, validations, drifts, bindings, bill, scope, suspects
     )
     files = {".md": markdown.encode()}
     if config is not None:
-        html = render_report(history, report, bindings, bill, scope, suspects)
-        files[".html"] = html.encode()
+        files[".html"] = render_report(history, report, bindings, bill, scope, suspects).encode()
     latest = f"{key_prefix}-{report.week}"
     fs, path, kind = _write_reports(store_url, files, file_stem(run_name), latest)
     link, note = browser_link(fs, path, reports_url=config.reports_url if config else None)

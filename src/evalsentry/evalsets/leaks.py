@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from evalsentry.errors import EvalsetError
+from evalsentry.evalsets.hashing import row_hashes
 from evalsentry.evalsets.inputs import Ragged, TokenInputs, inputs_array, token_inputs
 
 if TYPE_CHECKING:
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 
 NGRAM = 13
 DEFAULT_DECIMALS = 2
-_PRIME = np.uint64(0x100000001B3)
-_MIX = np.uint64(0xBF58476D1CE4E5B9)
 
 
 @dataclass(frozen=True)
@@ -151,24 +150,6 @@ def read_training(source: str) -> pa.Table:
     except (OSError, pa.ArrowException) as exc:
         raise EvalsetError(f"{source}: cannot be read as training data ({exc})") from None
     return pa.concat_tables(tables, promote_options="default")
-
-
-def row_hashes(rows: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each row's bytes (FNV-style over 8-byte words, then a final mix)."""
-    flat = np.ascontiguousarray(rows.reshape(len(rows), -1))
-    data = flat.view(np.uint8).reshape(len(rows), -1)
-    pad = (-data.shape[1]) % 8
-    if pad:
-        data = np.concatenate([data, np.zeros((len(rows), pad), np.uint8)], axis=1)
-    words = np.ascontiguousarray(data).view(np.uint64)
-    h = np.full(len(rows), np.uint64(0xCBF29CE484222325))
-    with np.errstate(over="ignore"):
-        for column in words.T:
-            h = (h ^ column) * _PRIME
-        h ^= h >> np.uint64(31)
-        h *= _MIX
-        h ^= h >> np.uint64(29)
-    return h
 
 
 def _matches(mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from evalsentry.errors import UsageError
+from evalsentry.evalsets.hashing import row_hashes
 from evalsentry.evalsets.inputs import Ragged
-from evalsentry.evalsets.leaks import row_hashes
 
 SHINGLE = 5
 DEFAULT_JACCARD = 0.8

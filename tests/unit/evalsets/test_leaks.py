@@ -15,7 +15,8 @@ from evalsentry.cli import main
 from evalsentry.errors import EvalsetError, UsageError
 from evalsentry.evalsets.evalset import InputsSpec, load_evalset
 from evalsentry.evalsets.freeze import freeze_evalset
-from evalsentry.evalsets.leaks import check_leaks, row_hashes
+from evalsentry.evalsets.hashing import row_hashes
+from evalsentry.evalsets.leaks import check_leaks
 
 FEATURES = [f"f{i}" for i in range(5)]
 
