@@ -20,6 +20,7 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +28,7 @@ import pyarrow.parquet as pq
 
 from evalsentry.evalsets.evalset import InputsSpec, load_evalset
 from evalsentry.evalsets.freeze import freeze_evalset
-from evalsentry.evalsets.leaks import check_leaks
+from evalsentry.evalsets.leaks import LeakCheck, check_leaks
 
 FEATURES = 64
 
@@ -35,6 +36,18 @@ FEATURES = 64
 def _table(values: np.ndarray, labels: np.ndarray) -> pa.Table:
     flat = pa.array(values.reshape(-1))
     return pa.table({"x": pa.FixedSizeListArray.from_arrays(flat, FEATURES), "y": labels})
+
+
+def _timed_check(evaluation: pa.Table, train: pa.Table, **spec: Any) -> tuple[LeakCheck, float]:
+    """Freeze ``evaluation`` as an evalset, write ``train``, time one ``check_leaks`` of them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        freeze_evalset(evaluation, root / "bench", name="bench", **spec)
+        pq.write_table(train, root / "train.parquet")
+        evalset = load_evalset(root / "bench")
+        started = time.perf_counter()
+        found = check_leaks(evalset, str(root / "train.parquet"))
+        return found, time.perf_counter() - started
 
 
 def run(train_rows: int = 1_000_000, eval_rows: int = 100_000) -> dict[str, float]:
@@ -48,21 +61,13 @@ def run(train_rows: int = 1_000_000, eval_rows: int = 100_000) -> dict[str, floa
     train[:half] = evaluation[planted[:half]]
     moved = rng.uniform(-0.003, 0.003, (len(planted) - half, FEATURES)).astype(np.float32)
     train[half : len(planted)] = evaluation[planted[half:]] + moved
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        freeze_evalset(
-            _table(evaluation, rng.integers(0, 10, eval_rows)),
-            root / "big",
-            name="big",
-            task="classification",
-            target="y",
-            inputs=InputsSpec(column="x", shape=[FEATURES]),
-        )
-        pq.write_table(_table(train, rng.integers(0, 10, train_rows)), root / "train.parquet")
-        evalset = load_evalset(root / "big")
-        started = time.perf_counter()
-        found = check_leaks(evalset, str(root / "train.parquet"), decimals=2)
-        seconds = time.perf_counter() - started
+    found, seconds = _timed_check(
+        _table(evaluation, rng.integers(0, 10, eval_rows)),
+        _table(train, rng.integers(0, 10, train_rows)),
+        task="classification",
+        target="y",
+        inputs=InputsSpec(column="x", shape=[FEATURES]),
+    )
     exact = {leak.row for leak in found.leaks if leak.kind == "exact"}
     if not set(planted[:half].tolist()) <= exact:
         raise RuntimeError("an exact copy was not found")
@@ -92,21 +97,13 @@ def run_tokens(
     train[len(exact) : len(exact) + len(near)] = changed
     at = len(exact) + len(near)
     train[at : at + len(span), 40:60] = evaluation[span, 10:30]
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        freeze_evalset(
-            pa.table({"ids": list(evaluation)}),
-            root / "texts",
-            name="texts",
-            task="language_modeling",
-            target="ids",
-            inputs=InputsSpec(tokens="ids", pad_id=0, max_length=length),
-        )
-        pq.write_table(pa.table({"ids": list(train)}), root / "train.parquet")
-        evalset = load_evalset(root / "texts")
-        started = time.perf_counter()
-        found = check_leaks(evalset, str(root / "train.parquet"))
-        seconds = time.perf_counter() - started
+    found, seconds = _timed_check(
+        pa.table({"ids": list(evaluation)}),
+        pa.table({"ids": list(train)}),
+        task="language_modeling",
+        target="ids",
+        inputs=InputsSpec(tokens="ids", pad_id=0, max_length=length),
+    )
     kinds = {leak.row: leak.kind for leak in found.leaks}
     caught = {
         name: sum(kinds.get(int(row)) == kind for row in rows)
