@@ -168,6 +168,7 @@ class MarginTest:
         self.share = np.where(self.grid > 0.0, np.minimum(share, 1.0), 1.0)
         self._cells: tuple[IntArray, IntArray, FloatArray, IntArray] | None = None
         self._critical: dict[float, FloatArray] = {}
+        self._rejects: dict[float, IntArray] = {}  # per level, of each count once asked (else -1)
         self._limits = np.full((2, n + 1), -1, np.int32)  # of each count, once asked
         self._z_table, self._z_rows = np.zeros(0), 0
 
@@ -304,8 +305,19 @@ class MarginTest:
         """For each discordant count, the fewest newly wrong examples the test rejects at.
 
         ``m + 1`` where no count rejects. The p-value is at most ``level`` exactly when the
-        observed z reaches the critical z of every grid point its interval searches.
+        observed z reaches the critical z of every grid point its interval searches. Each
+        count's is found once per level and remembered: every power sum of a detectable-drop
+        search asks for much the same counts.
         """
+        m = np.asarray(discordant, np.int64)
+        known = self._rejects.setdefault(level, np.full(self.n + 1, -1, np.int64))
+        wanted = np.unique(m[known[m] < 0])
+        if wanted.size:
+            known[wanted] = self._rejects_from(wanted, level)
+        return np.asarray(known[m], np.int64)
+
+    def _rejects_from(self, discordant: IntArray, level: float) -> IntArray:
+        """:meth:`rejects_from`, computed."""
         first, last = self.window(discordant)
         critical = self._critical_upto(level, int(last.max(initial=0)))
         pairs = list(zip(first.tolist(), last.tolist(), strict=True))

@@ -155,10 +155,10 @@ class TestPValue:
         correction then moves a FAIL only where the evidence is that close (1000 examples)."""
         test = MarginTest(1000, Fraction(10))
         values = {
-            round(test.p_value(b, c), 4)
+            round(p, 4)
             for c in range(0, 30)
             for b in range(c + 10, c + 40)
-            if 0.03 < test.p_value(b, c) < 0.05
+            if 0.03 < (p := test.p_value(b, c)) < 0.05
         }
         assert len(values) > 20
 
