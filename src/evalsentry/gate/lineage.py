@@ -204,10 +204,11 @@ def diagnose(
 
     Data causes are a change of the training data, newly wrong examples that are label-error
     suspects, evalset rows found in the training data (the week's split-leak verdicts among
-    ``comparisons``, where the line names its training data) and drifted live inputs: ``likely data: digits@v3 on digits: training data changed
-    (...); live inputs drifted (...). Checked, nothing found: digits@v3 on digits: 0 of 52 newly
-    wrong examples are label-error suspects. Where: digits@v3 on digits: flips concentrate in
-    classes 5, 8. Also changed: config, seed.`` Without one it opens ``no data cause found.``
+    ``comparisons``, where the line names its training data) and drifted live inputs: ``likely
+    data: digits@v3 on digits: training data changed (...); live inputs drifted (...). Checked,
+    nothing found: digits@v3 on digits: 0 of 52 newly wrong examples are label-error suspects.
+    Where: digits@v3 on digits: flips concentrate in classes 5, 8. Also changed: config,
+    seed.`` Without one it opens ``no data cause found.``
     """
     if not findings:
         return ""

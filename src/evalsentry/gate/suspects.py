@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SUPPORTED_TASKS = ("classification", "multilabel")
+#: What a week's report says of an evalset whose evaluations hold no class probabilities.
+NOT_LOOKED_FOR = (
+    "not looked for: its evaluations hold no class probabilities (suspects are found for "
+    "classification and multi-label evalsets)"
+)
 
 
 @dataclass(frozen=True)
@@ -188,18 +193,17 @@ def week_suspects(
     from the evalset's manifest under ``evalsets_dir`` where it still holds that content.
     """
     found: dict[str, Suspects | str] = {}
+    settled: set[str] = set()  # found, or tried and failed: one try per evalset
     for evaluation in evaluations:
         name = str(evaluation["evalset"])
-        if name in found or evaluation.get("status") != "ok":
+        if name in settled or evaluation.get("status") != "ok":
             continue
         columns = history.predictions(str(evaluation["evaluation_id"]))
         if columns is None or PROBABILITIES not in columns:
-            found[name] = (
-                "not looked for: its evaluations hold no class probabilities (suspects are "
-                "found for classification and multi-label evalsets)"
-            )
+            found.setdefault(name, NOT_LOOKED_FOR)  # another evaluation of it may hold them
             continue
         examples = _examples_from(evaluation, columns, _class_names(evaluation, evalsets_dir))
+        settled.add(name)
         try:
             found[name] = find_suspects(history, examples)
         except Exception as exc:  # noqa: BLE001 - a report section never fails the report
