@@ -337,7 +337,7 @@ def test_every_week_s_report_has_a_section_of_the_suspects(planted: Planted) -> 
     assert "<h2>Label-error suspects</h2>" in html and f"<td>{top.example_id}</td>" in html
 
     bare = [{**evaluations[0], "evaluation_id": "none-stored"}]
-    (after,) = week_suspects(history, bare + evaluations).values()  # a later one holds them
+    (after,) = week_suspects(history, bare + evaluations, str(planted.root / "evalsets")).values()
     assert not isinstance(after, str) and after.suspects == expected.suspects
     (said,) = week_suspects(history, bare).values()
     assert said == (
