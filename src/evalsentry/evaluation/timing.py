@@ -132,7 +132,8 @@ def slowdown_comparison(
     measured = (
         f"{timing.ratio:.2f}x the time per example of v{previous['version']} on {timing.device} "
         f"({_microseconds(now)} vs {_microseconds(before)}; median of {len(timing.ratios)} paired "
-        f"rounds over {timing.examples:,} examples, "
+        f"rounds ({min(timing.ratios):.2f}x to {max(timing.ratios):.2f}x) over "
+        f"{timing.examples:,} examples, "
         + (f"{faster} faster" if cheaper else f"{slower} slower")
         + f" by over {threshold / 2:.0%})"
     )
