@@ -40,6 +40,8 @@ from evalsentry.trust import Trust
 from tests.integration.prefect_server import prefect_server
 
 WEEK = "2026-W10"
+#: The week after: a new production version, so the week's paired timing runs.
+NEXT_WEEK = "2026-W11"
 
 #: The last flow run on the server: its span and each task run's (name, seconds), as JSON.
 _READ_SPANS = """
@@ -71,6 +73,47 @@ def _project(root: Path) -> None:
         stage="production",
     )
     (root / "evalsentry.yaml").write_text(settings)
+
+
+def _timed_week(root: Path, env: dict[str, str]) -> dict[str, float]:
+    """A week with a new production version: its flow run, and the paired timing's share of it.
+
+    The week without the timing is the same run less that task (it runs alone, after the
+    evaluations: the thread runner submits one task at a time).
+    """
+    import torch
+
+    from evalsentry.checkpoints.checkpoint import save_checkpoint
+    from examples.digits.model import DigitsCNN
+
+    torch.manual_seed(1)
+    newer = save_checkpoint(
+        DigitsCNN(channels=16),
+        root / "v2.pt",
+        metrics={},
+        config={"bench": True, "seed": 1},
+        seed=1,
+        data=REPO / "examples" / "digits" / "data" / "train.parquet",
+        factory="examples.digits.model:DigitsCNN",
+        factory_kwargs={"channels": 16},
+        git_sha="0" * 40,
+    )
+    registry = Registry(str(root / "registry"))
+    entry = registry.add(
+        newer, "digits-cnn", trust=Trust(factories=("examples.digits.model",)), stage="candidate"
+    ).entry
+    registry.promote("digits-cnn", entry.version, "production")
+    command = [sys.executable, "-m", "evalsentry.cli", "run", "--week", NEXT_WEEK]
+    wall, _ = timed(command, str(root), env=env)
+    spans = _spans(env)
+    timing = sum(v for k, v in spans.items() if k.replace("-", "_") == "time_against_previous_week")
+    return {
+        "run_timed_week_wall_s": wall,
+        "run_timed_week_flow_s": spans["flow"],
+        "run_timed_week_paired_timing_s": timing,
+        "run_timed_week_without_timing_s": wall - timing,
+        "run_timed_week_timing_share_of_wall": timing / wall,
+    }
 
 
 def _spans(env: dict[str, str]) -> dict[str, float]:
@@ -119,6 +162,7 @@ def run(rounds: int = 2) -> dict[str, float]:
                 for name, value in _spans(env).items():
                     spans[name].append(value)
             roles = tree_peaks(command, str(root), env)
+            results.update(_timed_week(root, env))
         results["run_engine_peak_rss_mib"] = roles["engine"]
         results["run_evaluation_child_peak_rss_mib"] = roles["evaluation_child"]
         evaluation = History(str(root / "store")).evaluations(include_superseded=True)["wall_s"]
