@@ -129,14 +129,8 @@ def slowdown_comparison(
     faster = sum(ratio < 1 - threshold / 2 for ratio in timing.ratios)
     cheaper = timing.ratio < 1 - threshold and faster >= len(timing.ratios) - 1
     bill = f"; {serving.change(before, now)}" if serving is not None else ""
-    measured = (
-        f"{timing.ratio:.2f}x the time per example of v{previous['version']} on {timing.device} "
-        f"({_microseconds(now)} vs {_microseconds(before)}; median of {len(timing.ratios)} paired "
-        f"rounds ({min(timing.ratios):.2f}x to {max(timing.ratios):.2f}x) over "
-        f"{timing.examples:,} examples, "
-        + (f"{faster} faster" if cheaper else f"{slower} slower")
-        + f" by over {threshold / 2:.0%})"
-    )
+    counted = f"{faster} faster" if cheaper else f"{slower} slower"
+    measured = _measured(timing, int(previous["version"]), f"{counted} by over {threshold / 2:.0%}")
     return Comparison(
         **base,
         verdict=Verdict.WARN if flagged else Verdict.PASS,
@@ -151,6 +145,17 @@ def slowdown_comparison(
         drop=(now - before) * 1e6,  # slower is worse
         tolerance=before * threshold * 1e6,
         n=timing.examples,
+    )
+
+
+def _measured(timing: PairedTiming, version: int, counted: str) -> str:
+    """``1.50x the time per example of v1 on cpu (1,500 µs vs 1,000 µs; median of 7 ...)``."""
+    before, now = timing.per_example()
+    return (
+        f"{timing.ratio:.2f}x the time per example of v{version} on {timing.device} "
+        f"({_microseconds(now)} vs {_microseconds(before)}; median of {len(timing.ratios)} paired "
+        f"rounds ({min(timing.ratios):.2f}x to {max(timing.ratios):.2f}x) over "
+        f"{timing.examples:,} examples, {counted})"
     )
 
 
