@@ -91,9 +91,10 @@ def concentration(
     text = f"{'; '.join(parts) if parts else spread} ({test})"
     cells = _grown_cells(found.current, found.reference_prediction) if n_classes else []
     if cells:
-        text += f"; grown cells (true -> predicted): {', '.join(cells)}"
+        grown = ", ".join(f"{t} -> {p} +{g}" for t, p, g in cells)
+        text += f"; grown cells (true -> predicted): {grown}"
     return Concentration(
-        text, named["class"], named["slice"], tuple(c.split(" +")[0] for c in cells)
+        text, named["class"], named["slice"], tuple(f"{t} -> {p}" for t, p, _ in cells)
     )
 
 
@@ -130,8 +131,10 @@ def _hits(groups: list[_Group], kind: str, names: tuple[str, ...], newly_wrong: 
     return int(newly_wrong[union].sum())
 
 
-def _grown_cells(current: dict[str, Any], reference_prediction: np.ndarray) -> list[str]:
-    """The off-diagonal confusion cells that grew most: ``3 -> 8 +14``, largest first."""
+def _grown_cells(
+    current: dict[str, Any], reference_prediction: np.ndarray
+) -> list[tuple[str, str, int]]:
+    """The off-diagonal confusion cells that grew most: (true, predicted, growth), largest first."""
     target = np.asarray(current["target"]).astype(str)
     now = Counter(zip(target, np.asarray(current["prediction"]).astype(str), strict=True))
     before = Counter(zip(target, np.asarray(reference_prediction).astype(str), strict=True))
@@ -141,7 +144,7 @@ def _grown_cells(current: dict[str, Any], reference_prediction: np.ndarray) -> l
         if cell[0] != cell[1] and count > before.get(cell, 0)
     ]
     grown.sort(key=lambda item: (-item[0], item[1]))
-    return [f"{t} -> {p} +{g}" for g, (t, p) in grown[:MAX_CELLS]]
+    return [(t, p, g) for g, (t, p) in grown[:MAX_CELLS]]
 
 
 def _upper_tail(hits: int, total: int, in_class: int, drawn: int) -> float:
