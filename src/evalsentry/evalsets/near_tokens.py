@@ -3,10 +3,12 @@
 A 13-gram shared with a training text says *a span* of an example was seen; a near duplicate
 says *nearly all of it* was: the example's set of token 5-grams (shingles) and a training
 text's have a Jaccard similarity at or above a stated threshold. Candidates come from
-datasketch's MinHash LSH (128 permutations, its bands and rows chosen for the threshold); each is
-then confirmed with the exact Jaccard of the two shingle sets, so an LSH false positive is
-never reported. The evalset (the smaller side) is indexed; the training rows are streamed
-through it as queries, one MinHash at a time: memory grows with the evalset, time with both.
+datasketch's MinHash LSH (128 permutations; its bands and rows chosen for the threshold with a
+miss weighed 19 times a false candidate: at 0.8, a pair at exactly 0.8 is a candidate 95% of
+the time, at 0.85 99.4%, where equal weights gave 40% and 69%); each is then confirmed with the exact Jaccard of the two shingle sets, so an LSH false positive is
+never reported. The evalset (the smaller side) is indexed; the training rows go through it as
+queries, 4,096 at a time (their shingles and MinHashes made per chunk): beyond the training
+table itself, memory grows with the evalset and time with both.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ PERMUTATIONS = 128
 #: LSH band choice: (false positive, false negative) weights. Candidates are confirmed exactly,
 #: so a miss costs more than a candidate too many.
 _WEIGHTS = (0.05, 0.95)
-#: Training rows hashed per MinHash.bulk call.
+#: Training rows shingled and hashed at a time.
 _CHUNK = 4096
 
 
@@ -81,15 +83,21 @@ def near_duplicates(
             session.insert(row, minhash, check_duplication=False)
     if lsh.is_empty():
         return best, similarity
-    theirs_sets = shingle_sets(theirs)
-    for start in range(0, len(theirs_sets), _CHUNK):
-        chunk = theirs_sets[start : start + _CHUNK]
+    for start in range(0, len(theirs), _CHUNK):
+        chunk = shingle_sets(_rows(theirs, start, min(start + _CHUNK, len(theirs))))
         for offset, minhash in _signed(chunk):
             for row in lsh.query(minhash):
                 j = _jaccard(ours[row], chunk[offset])
                 if j >= threshold and j > similarity[row]:
                     best[row], similarity[row] = start + offset, j
     return best, similarity
+
+
+def _rows(tokens: Ragged, first: int, stop: int) -> Ragged:
+    """Rows ``first`` to ``stop`` (exclusive) of ``tokens``, as their own ragged array (a view)."""
+    offsets = np.asarray(tokens.offsets)[first : stop + 1]
+    values = np.asarray(tokens.values)[offsets[0] : offsets[-1]]
+    return Ragged(values, offsets - offsets[0])
 
 
 def _signed(sets: list[np.ndarray]) -> list[tuple[int, Any]]:

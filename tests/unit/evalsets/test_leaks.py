@@ -107,7 +107,7 @@ def _shingles(ids: list[int]) -> set[tuple[int, ...]]:
 
 
 def test_token_rows_found_exact_near_or_by_a_shared_13_gram(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each example once, by its strongest kind: the same ids, nearly the same (MinHash LSH,
     5-gram Jaccard >= 0.8, confirmed exactly), or a span of 13 ids inside a training text."""
@@ -143,6 +143,11 @@ def test_token_rows_found_exact_near_or_by_a_shared_13_gram(
     assert leaks[100].kind == "exact" and leaks[100].train_row == 2
     assert "MinHash LSH (5-gram Jaccard >= 0.8, confirmed exactly)" in found.method
     assert found.kinds() == "exact 2, near 1, 13-gram 1"
+    # The training rows go through the index in chunks: any chunk size finds the same.
+    for size in (1, 7):  # the near copy (training row 1) first in a chunk, then inside one
+        monkeypatch.setattr("evalsentry.evalsets.near_tokens._CHUNK", size)
+        chunked = check_leaks(load_evalset(tmp_path / "lm"), str(tmp_path / "train.parquet"))
+        assert chunked.leaks == found.leaks
     # A stricter threshold: row 9 is then only a span seen.
     train_file = str(tmp_path / "train.parquet")
     strict = check_leaks(load_evalset(tmp_path / "lm"), train_file, jaccard=0.99)
