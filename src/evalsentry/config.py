@@ -25,11 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from evalsentry.documents import (
-    _parse_yaml,
-    config_error,
-    folder_problem,
-)
+from evalsentry.documents import _parse_yaml, config_error, folder_problem
 from evalsentry.errors import ConfigError, InvalidName, did_you_mean
 from evalsentry.names import check_name
 from evalsentry.trust import DEFAULT_MAX_CHECKPOINT_BYTES, TRUSTED_ENTRY, Trust
@@ -236,6 +232,9 @@ class CostRates(BaseModel):
         allow_inf_nan=False,
         description="a checkpoint this share slower per example than last week's, on the same "
         "device in paired timing, is a WARN (0.25: 1.25x the time)",
+    )
+    timing_budget_s: float = Field(
+        5.0, gt=0, description="seconds one pair's paired timing may take; its sample is cut to fit"
     )
 
 

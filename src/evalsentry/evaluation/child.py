@@ -139,7 +139,13 @@ def _serve_one(
         phase = RUNNING
         if kind == "time":
             reference = load_checkpoint(job["reference_uri"], **job["reference_load"])
-            result: Any = time_pair(reference.model, loaded.model, evalset, device=job["device"])
+            result: Any = time_pair(
+                reference.model,
+                loaded.model,
+                evalset,
+                device=job["device"],
+                budget_s=job["budget_s"],
+            )
         elif kind == "predict":
             result = predict_classes(
                 loaded.model, shared_tensor(job["inputs"]), device=job["device"]

@@ -24,9 +24,8 @@ How the child is started, and why so:
   process, not per evaluation, and the child keeps the evalsets it was sent and, on CUDA, their
   device-resident copies. A timeout, a crash or a failed evaluation retires the child (a failed
   CUDA model can leave its context unusable); the next evaluation starts a fresh one.
-- The evalset goes to the child pickled, once per child and evalset: the bytes the caller
-  verified are the bytes the model sees, without reading or hashing the files again. That is
-  one copy of the evalset per child.
+- The evalset goes to the child pickled, once per child and evalset (a copy per child): the
+  bytes the caller verified are the bytes the model sees, without reading the files again.
 - The clock starts once the child holds the evalset: starting a child and handing it the data
   are not the model's time (they have their own, generous, limit).
 - The child's log records are re-emitted here under their own logger names; its stdout and
@@ -71,8 +70,7 @@ log = logging.getLogger(__name__)
 #: Seconds to start a child and hand it the evalset: not the model's time, and never near it.
 START_TIMEOUT_S = 300.0
 #: An idle child this old is retired by the caller; the child itself leaves a minute later.
-IDLE_S = 600.0
-IDLE_GRACE_S = 60.0
+IDLE_S, IDLE_GRACE_S = 600.0, 60.0
 EVALSETS_KEPT = 4  # evalsets a child keeps between evaluations
 KILL_WAIT_S = 10.0  # for a killed child to be reaped (a process in uninterruptible I/O lingers)
 
@@ -207,13 +205,15 @@ def time_isolated(
     *,
     device: str,
     timeout_s: float,
+    budget_s: float,
 ) -> Isolated:
-    """Time the checkpoint at ``uri`` against ``reference_uri`` in a child process.
+    """Time ``uri``'s checkpoint against ``reference_uri``'s in a child, within ``budget_s``.
 
     Both load as :func:`evaluate_isolated` loads one (``load_arguments``); the answer's result is
     a :class:`evalsentry.evaluation.speed.PairedTiming`. Raises as :func:`evaluate_isolated` does.
     """
-    extra = {"reference_uri": reference_uri, "reference_load": reference_load}
+    extra: dict[str, Any] = {"reference_uri": reference_uri, "reference_load": reference_load}
+    extra["budget_s"] = budget_s
     return _request(_Request("time", uri, evalset, load, device, timeout_s, None, extra))
 
 

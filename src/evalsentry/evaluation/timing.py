@@ -155,8 +155,15 @@ def _measured(timing: PairedTiming, version: int, counted: str) -> str:
         f"{timing.ratio:.2f}x the time per example of v{version} on {timing.device} "
         f"({_microseconds(now)} vs {_microseconds(before)}; median of {len(timing.ratios)} paired "
         f"rounds ({min(timing.ratios):.2f}x to {max(timing.ratios):.2f}x) over "
-        f"{timing.examples:,} examples, {counted})"
+        f"{timing.examples:,} examples{_cut(timing)}, {counted})"
     )
+
+
+def _cut(timing: PairedTiming) -> str:
+    """`` (the sample cut to fit the 5 s timing budget)`` where it was; else ""."""
+    if timing.budget_s is None:
+        return ""
+    return f" (the sample cut to fit the {timing.budget_s:g} s timing budget)"
 
 
 def check_slowdowns(
@@ -197,6 +204,7 @@ def check_slowdowns(
                 evalsets[row["evalset"]],
                 device=device,
                 timeout_s=config.inference_timeout_s,
+                budget_s=config.cost.timing_budget_s,
             )
         except Exception as exc:  # noqa: BLE001 - whatever failed, the check says it did not run
             found.append(

@@ -10,7 +10,7 @@ import torch
 
 from evalsentry.evalsets.evalset import load_evalset
 from evalsentry.evaluation.pipeline import Outcome
-from evalsentry.evaluation.speed import PairedTiming, time_pair
+from evalsentry.evaluation.speed import MIN_EXAMPLES, PairedTiming, time_pair
 from evalsentry.evaluation.timing import ServingBill, TimingPair, slowdown_comparison
 from evalsentry.gate.verdicts import Verdict
 from tests.models import SlowNet, TinyNet
@@ -136,3 +136,23 @@ def test_a_fast_models_pass_count_never_runs_a_slow_one(toy_evalset: Path) -> No
     per_round = MAX_ROUND_S / 0.02 + 1  # a round stops once it has lasted MAX_ROUND_S
     assert slow.calls <= 2 + 3 * per_round  # its two warm-up passes, then three rounds
     assert fast.calls > slow.calls  # the fast one still repeats its pass to fill a round
+
+
+def test_a_timing_that_would_overrun_its_budget_is_cut_to_fit_and_says_so(
+    toy_evalset: Path,
+) -> None:
+    """A 0.6 s pass (30 batches of 20 ms) against a 0.5 s budget: the warm-up passes say the
+    rounds would take 2.4 s, so the sample is cut in proportion, and the verdict's reason
+    names the budget; within the budget nothing is cut."""
+    evalset = load_evalset(toy_evalset)
+    fast, slow = CountingNet(0.0), CountingNet(0.02)
+    timed = time_pair(fast, slow, evalset, device="cpu", rounds=3, batch_size=10, budget_s=0.5)
+    assert MIN_EXAMPLES <= timed.examples < len(evalset) // 2 and timed.budget_s == 0.5
+    reason = slowdown_comparison(timing_pair(), timed, THRESHOLD).reason
+    assert (
+        f"over {timed.examples:,} examples (the sample cut to fit the 0.5 s timing budget)"
+        in reason
+    )
+    whole = time_pair(fast, TinyNet(), evalset, device="cpu", rounds=3, batch_size=10)
+    assert whole.examples == len(evalset) and whole.budget_s is None
+    assert "timing budget" not in slowdown_comparison(timing_pair(), whole, THRESHOLD).reason
