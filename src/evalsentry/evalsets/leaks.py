@@ -126,6 +126,12 @@ def check_leaks(
             method = f"exact rows, and near ones after rounding to {decimals} decimal place(s)"
     except (KeyError, pa.ArrowInvalid) as exc:
         raise EvalsetError(f"{train}: does not hold {evalset.spec.name}'s inputs ({exc})") from None
+    except EvalsetError as exc:  # the inputs' own refusal, whose fix is an evalset's
+        said = str(exc).rsplit("; ", 1)[0]
+        raise EvalsetError(
+            f"{said}; the training data must hold {evalset.spec.name}'s input columns in the "
+            "types the evalset was frozen with"
+        ) from None
     return LeakCheck(evalset.spec.name, train, table.num_rows, len(evalset), method, leaks)
 
 

@@ -164,6 +164,10 @@ def test_token_rows_found_exact_near_or_by_a_shared_13_gram(
     assert table["4"].split()[2:] == ["13-gram", f"{leaks[4].share:.0%}", "of", "13-grams"]
     assert main([*command, "--jaccard", "0.995"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+    # Training text as strings, not token ids: the fix named is the training data's.
+    pq.write_table(pa.table({"ids": ["some text"]}), tmp_path / "strings.parquet")
+    with pytest.raises(EvalsetError, match="the training data must hold lm's input columns in"):
+        check_leaks(load_evalset(tmp_path / "lm"), str(tmp_path / "strings.parquet"))
 
 
 def test_row_hashes_differ_for_different_rows_and_agree_for_equal_ones() -> None:
