@@ -9,7 +9,9 @@ ratio is of the medians. Peak RSS comes from ``os.wait4``, the child's own rusag
 Both run from compiled bytecode, as an installed package does (pip compiles it at install):
 where ``PYTHONDONTWRITEBYTECODE`` is set, evalsentry's own modules would otherwise be compiled
 from source on every start while pandas' come compiled. :func:`installed_env` caches bytecode
-in a folder of the run, and a first round, not counted, fills it.
+in a folder of the run, and a first round, not counted, fills it; so it does the margin test's
+critical values (:mod:`evalsentry.gate.critical_cache`), and the INCONCLUSIVE history's gate is
+timed again with an empty cache each round: its first run on a new evalset size or tolerance.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evalsentry.gate.critical_cache import CACHE_ENV
 from evalsentry.history.store import History
 from tests.synthetic import accuracy_mask, record_week
 
@@ -73,7 +76,8 @@ def timed(
 def installed_env(cache: Path) -> dict[str, str]:
     """This environment, writing and reading compiled bytecode under ``cache``."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return {**env, "PYTHONPYCACHEPREFIX": str(cache)}
+    # The margin test's critical values are kept beside the bytecode: as warm as it is.
+    return {**env, "PYTHONPYCACHEPREFIX": str(cache), CACHE_ENV: str(cache / "critical")}
 
 
 def alternate(commands: dict[str, list[str]], rounds: int, cwd: str) -> dict[str, list[float]]:
@@ -162,6 +166,16 @@ def run(rounds: int = 7) -> dict[str, float]:
             ],
         }
         found = alternate(commands, rounds, tmp)
+        # The same gate where no run has kept the critical values yet (a new evalset size,
+        # tolerance or evalsentry version): each round with an empty cache folder.
+        empty = [
+            timed(
+                commands["inconclusive"],
+                tmp,
+                {**installed_env(Path(tmp) / "bytecode"), CACHE_ENV: str(Path(tmp) / f"e{i}")},
+            )[0]
+            for i in range(rounds)
+        ]
     baseline = statistics.median(found["baseline"])
     gate_s = statistics.median(found["gate"])
     usual_s = statistics.median(found["usual_exit"])
@@ -171,6 +185,9 @@ def run(rounds: int = 7) -> dict[str, float]:
         "gate_cli_cold_start_ratio": gate_s / baseline,
         "gate_cli_cold_start_inconclusive_10k_s": statistics.median(found["inconclusive"]),
         "gate_cli_cold_start_inconclusive_10k_ratio": statistics.median(found["inconclusive"])
+        / baseline,
+        "gate_cli_cold_start_inconclusive_10k_empty_cache_s": statistics.median(empty),
+        "gate_cli_cold_start_inconclusive_10k_empty_cache_ratio": statistics.median(empty)
         / baseline,
         "gate_with_interpreter_teardown_s": usual_s,
         "gate_with_interpreter_teardown_ratio": usual_s / baseline,

@@ -10,6 +10,9 @@ import pytest
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# The margin test's critical values are computed, never read from a cache a test did not make:
+# a test of the computation must compute (tests/unit/gate/test_critical_cache.py turns it on).
+os.environ["EVALSENTRY_CACHE_DIR"] = ""
 if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
     # Under `pytest -n`, each worker (and every process it starts: flow runs, evaluation
     # children) gets its share of the cores for torch's and BLAS's thread pools: a pool sized for

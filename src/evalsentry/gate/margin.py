@@ -43,6 +43,7 @@ from statistics import NormalDist
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from evalsentry.gate import critical_cache
 from evalsentry.gate.binomial import binomial_pmf, binomial_tails
 from evalsentry.gate.tail_tables import TAIL_SDS as _TAIL_SDS
 from evalsentry.gate.tail_tables import TailTable
@@ -277,9 +278,15 @@ class MarginTest:
         Found by bisection to ``_Z_PRECISION``, for the points not yet known at this level, a
         few points at a time (a :class:`TailTable` holds their tails). A level at or below
         ``GAMMA``, the p-value's floor, is out of reach: its critical z is ``_Z_HIGH``, beyond
-        any outcome with a real probability.
+        any outcome with a real probability. What is known is kept on disk for later runs
+        (:mod:`evalsentry.gate.critical_cache`).
         """
-        done = self._critical.get(level, np.zeros(0))
+        done = self._critical.get(level)
+        if done is None:
+            done = critical_cache.load(self.n, self.allowed, level, _Z_LOW, _Z_HIGH)
+            if done is None or done.size > self.grid.size:
+                done = np.zeros(0)
+            self._critical[level] = done
         if done.size <= last:
             target = (level - GAMMA) / GRID_SLACK
             # Grow by a quarter at least: a search that asks for ever more points pays a few
@@ -299,6 +306,7 @@ class MarginTest:
                 found.append(high)
                 first += table.points
             done = self._critical[level] = np.concatenate(found)
+            critical_cache.save(self.n, self.allowed, level, done)
         return done
 
     def rejects_from(self, discordant: IntArray, level: float) -> IntArray:

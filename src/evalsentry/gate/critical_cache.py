@@ -1,0 +1,90 @@
+"""The margin test's critical values, kept on disk between runs: computed once per machine.
+
+The exact critical z of each grid point (:meth:`evalsentry.gate.margin.MarginTest`) is the
+costly part of stating a detectable drop: about a second for an evalset of 10,000 examples, in
+every process that gates it, for numbers that depend only on the evalset's size, the tolerance
+in examples and the level. They are kept in a cache folder, one ``.npy`` file per (size,
+tolerance, level), under a key of the code that computes them (the bytes of ``margin.py``,
+``tail_tables.py`` and ``binomial.py``): a changed computation never reads an old answer.
+
+The folder is ``$EVALSENTRY_CACHE_DIR``, else ``$XDG_CACHE_HOME/evalsentry``, else
+``~/.cache/evalsentry``; ``EVALSENTRY_CACHE_DIR=`` (empty) turns the cache off. A file that is
+missing, unreadable or not a row of finite values in range is computed again (and rewritten);
+a folder that cannot be written leaves the values in memory only. Files are written whole, by
+rename, so a reader never sees half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from fractions import Fraction
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+CACHE_ENV = "EVALSENTRY_CACHE_DIR"
+_SOURCES = ("margin.py", "tail_tables.py", "binomial.py")
+
+
+def cache_dir() -> Path | None:
+    """Where the values are kept; None when the cache is off."""
+    chosen = os.environ.get(CACHE_ENV)
+    if chosen is not None:
+        return Path(chosen) if chosen else None
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "evalsentry"
+
+
+@lru_cache(maxsize=1)
+def code_key() -> str:
+    """A hash of the code that computes the values: 16 hex digits."""
+    digest = hashlib.sha256()
+    for name in _SOURCES:
+        digest.update((Path(__file__).parent / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _path(folder: Path, n: int, allowed: Fraction, level: float) -> Path:
+    tolerance = f"{allowed.numerator}_{allowed.denominator}"
+    return folder / f"margin-critical-{code_key()}-{n}-{tolerance}-{level!r}.npy"
+
+
+def load(
+    n: int, allowed: Fraction, level: float, low: float, high: float
+) -> NDArray[np.float64] | None:
+    """The values kept for this test and level, if any are and they are sound (in [low, high])."""
+    folder = cache_dir()
+    if folder is None:
+        return None
+    try:
+        values = np.load(_path(folder, n, allowed, level), allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    sound = (
+        values.ndim == 1
+        and values.dtype == np.float64
+        and bool(np.isfinite(values).all())
+        and bool(((values >= low) & (values <= high)).all())
+    )
+    return np.asarray(values, np.float64) if sound else None
+
+
+def save(n: int, allowed: Fraction, level: float, values: NDArray[np.float64]) -> None:
+    """Keep the values for later runs; a folder that cannot be written is no error."""
+    folder = cache_dir()
+    if folder is None:
+        return
+    path = _path(folder, n, allowed, level)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with partial.open("wb") as handle:
+            np.save(handle, np.asarray(values, np.float64), allow_pickle=False)
+        partial.replace(path)
+    except OSError:
+        with contextlib.suppress(OSError):  # no folder to write in: nothing was written
+            partial.unlink(missing_ok=True)

@@ -1,0 +1,106 @@
+"""The margin test's critical values kept on disk: the same numbers, a bad file never trusted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evalsentry.gate import critical_cache
+from evalsentry.gate.margin import MarginTest, _detectable_drop, detectable_drop, margin_test
+
+N, ALLOWED, LEVEL = 400, Fraction(4), 0.01
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A cache folder of this test's own; the in-memory caches emptied before and after."""
+    monkeypatch.setenv(critical_cache.CACHE_ENV, str(tmp_path / "cache"))
+    margin_test.cache_clear()
+    _detectable_drop.cache_clear()
+    yield tmp_path / "cache"
+    margin_test.cache_clear()
+    _detectable_drop.cache_clear()
+
+
+def _computed(monkeypatch: pytest.MonkeyPatch) -> tuple[np.ndarray, float | None]:
+    """The critical values and a detectable drop with the cache off (computed here)."""
+    monkeypatch.setenv(critical_cache.CACHE_ENV, "")
+    test = MarginTest(N, ALLOWED)
+    values = test._critical_upto(LEVEL, test.grid.size - 1)
+    margin_test.cache_clear()
+    _detectable_drop.cache_clear()
+    drop = detectable_drop(N, 8, ALLOWED, LEVEL)
+    margin_test.cache_clear()
+    _detectable_drop.cache_clear()
+    return values, drop
+
+
+def test_values_read_back_are_the_values_computed(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = str(cache)
+    values, drop = _computed(monkeypatch)
+    monkeypatch.setenv(critical_cache.CACHE_ENV, folder)
+    assert detectable_drop(N, 8, ALLOWED, LEVEL) == drop  # computed, and written
+    (written,) = cache.glob("margin-critical-*.npy")
+    assert written.name.startswith(f"margin-critical-{critical_cache.code_key()}-{N}-4_1-")
+    margin_test.cache_clear()
+    _detectable_drop.cache_clear()
+    # Read, not computed: a process that builds no tail table states the same drop.
+    monkeypatch.setattr("evalsentry.gate.margin.TailTable", None)
+    fresh = MarginTest(N, ALLOWED)
+    kept = fresh._critical_upto(LEVEL, 0)
+    assert kept.size > 1 and np.array_equal(kept, values[: kept.size])
+    assert detectable_drop(N, 8, ALLOWED, LEVEL) == drop
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [b"not a numpy file", "nan", "out of range", "two rows"],
+)
+def test_a_bad_file_is_computed_again_and_rewritten(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, bad: bytes | str
+) -> None:
+    values, drop = _computed(monkeypatch)
+    monkeypatch.setenv(critical_cache.CACHE_ENV, str(cache))
+    detectable_drop(N, 8, ALLOWED, LEVEL)
+    (written,) = cache.glob("margin-critical-*.npy")
+    if isinstance(bad, bytes):
+        written.write_bytes(bad)
+    else:
+        broken = {"nan": np.full(5, np.nan), "out of range": np.full(5, -99.0),
+                  "two rows": np.zeros((2, 3))}[bad]  # fmt: skip
+        np.save(written, broken)
+    margin_test.cache_clear()
+    _detectable_drop.cache_clear()
+    assert detectable_drop(N, 8, ALLOWED, LEVEL) == drop
+    reread = np.load(written)
+    assert reread.ndim == 1 and np.array_equal(reread, values[: reread.size])
+
+
+def test_off_or_unwritable_the_values_are_computed_all_the_same(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _, drop = _computed(monkeypatch)
+    monkeypatch.setenv(critical_cache.CACHE_ENV, "")
+    assert critical_cache.cache_dir() is None
+    assert detectable_drop(N, 8, ALLOWED, LEVEL) == drop
+    margin_test.cache_clear()
+    _detectable_drop.cache_clear()
+    blocked = tmp_path / "a-file"
+    blocked.write_text("in the way")
+    monkeypatch.setenv(critical_cache.CACHE_ENV, str(blocked / "cache"))
+    assert detectable_drop(N, 8, ALLOWED, LEVEL) == drop
+    assert not cache.exists()
+
+
+def test_the_default_folder_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(critical_cache.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert critical_cache.cache_dir() == tmp_path / "evalsentry"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert critical_cache.cache_dir() == Path.home() / ".cache" / "evalsentry"
