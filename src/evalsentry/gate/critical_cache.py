@@ -31,7 +31,9 @@ _SOURCES = ("margin.py", "tail_tables.py", "binomial.py")
 
 
 def cache_dir() -> Path | None:
-    """Where the values are kept; None when the cache is off."""
+    """Where the values are kept; None when the cache is off (or the code cannot be read)."""
+    if not code_key():
+        return None
     chosen = os.environ.get(CACHE_ENV)
     if chosen is not None:
         return Path(chosen) if chosen else None
@@ -41,10 +43,13 @@ def cache_dir() -> Path | None:
 
 @lru_cache(maxsize=1)
 def code_key() -> str:
-    """A hash of the code that computes the values: 16 hex digits."""
+    """A hash of the code that computes the values: 16 hex digits ("" if it cannot be read)."""
     digest = hashlib.sha256()
-    for name in _SOURCES:
-        digest.update((Path(__file__).parent / name).read_bytes())
+    try:
+        for name in _SOURCES:
+            digest.update((Path(__file__).parent / name).read_bytes())
+    except OSError:  # installed without its sources: nothing can say which code wrote a file
+        return ""
     return digest.hexdigest()[:16]
 
 

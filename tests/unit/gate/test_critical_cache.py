@@ -104,3 +104,17 @@ def test_the_default_folder_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert critical_cache.cache_dir() == tmp_path / "evalsentry"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert critical_cache.cache_dir() == Path.home() / ".cache" / "evalsentry"
+
+
+def test_without_its_sources_to_key_the_files_the_cache_is_off(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Installed without the .py files, no file could be told from another version's."""
+    monkeypatch.setenv(critical_cache.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(critical_cache, "_SOURCES", ("no-such-module.py",))
+    critical_cache.code_key.cache_clear()
+    try:
+        assert critical_cache.code_key() == "" and critical_cache.cache_dir() is None
+    finally:
+        monkeypatch.undo()
+        critical_cache.code_key.cache_clear()
