@@ -91,8 +91,8 @@ def test_register_checks_the_line_s_evalsets_for_its_training_data_at_once(
     registered, said = capsys.readouterr().out.splitlines()
     assert registered.startswith("registered toy-model@v2 (candidate)")
     assert said.startswith(
-        f"WARN split leaks: leak check of toy against {root / 'train.parquet'} (300 rows): 12 of "
-        "300 examples (4.0%) are in the training data (exact 12)"
+        "WARN split leaks: 12 of 300 examples of toy (4.0%) are in the training data (exact 12): "
+        f"{root / 'train.parquet'}, 300 rows; "
     )
     assert said.endswith(
         "each week toy-model is evaluated on toy will FAIL (leak: fail); list them: evalsentry "

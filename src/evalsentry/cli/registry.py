@@ -188,7 +188,7 @@ def _check_split_leaks(settings: Config, model: str) -> None:
             echo(f"WARN split-leak check of {name} not run: {exc}")
             continue
         if not found.leaks:
-            echo(f"split leaks: none: {found.headline()}")
+            echo(f"split leaks: {found.headline()}")
             continue
         weeks = "FAIL" if binding.leak == "fail" else "WARN"
         echo(

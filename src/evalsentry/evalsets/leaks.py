@@ -72,12 +72,18 @@ class LeakCheck:
         return ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none"
 
     def headline(self) -> str:
-        """``leak check of digits against train.parquet (1,078 rows): 3 of 719 ...``."""
+        """What was found, then where.
+
+        ``3 of 719 examples of digits (0.4%) are in the training data (exact 3): train.parquet,
+        1,078 rows; ...``, or ``none of the 719 examples of digits is in the training data: ...``.
+        """
+        where = f"{self.train}, {self.train_rows:,} rows; {self.method}"
+        if not self.leaks:
+            return f"none of the {self.examples:,} examples of {self.evalset} is in the training data: {where}"
         share = len(self.leaks) / self.examples if self.examples else 0.0
         return (
-            f"leak check of {self.evalset} against {self.train} ({self.train_rows:,} rows): "
-            f"{len(self.leaks):,} of {self.examples:,} examples ({share:.1%}) are in the "
-            f"training data ({self.kinds()}); {self.method}"
+            f"{len(self.leaks):,} of {self.examples:,} examples of {self.evalset} ({share:.1%}) are "
+            f"in the training data ({self.kinds()}): {where}"
         )
 
     def to_dict(self) -> dict[str, Any]:

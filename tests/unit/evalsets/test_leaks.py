@@ -60,8 +60,9 @@ def test_exact_and_near_copies_are_found_and_nothing_else(
         if leak.kind == "exact":
             assert leak.train_row == int(np.flatnonzero(exact == leak.row)[0])
     assert found.headline().startswith(
-        f"leak check of rows against {root / 'train.parquet'} (2,000 rows): "
-        f"{len(found.leaks)} of 400 examples"
+        f"{len(found.leaks)} of 400 examples of rows ({len(found.leaks) / 400:.1%}) are in the "
+        f"training data (exact {len(exact)}, near {len(found.leaks) - len(exact)}): "
+        f"{root / 'train.parquet'}, 2,000 rows; "
     )
 
 
@@ -73,7 +74,7 @@ def test_the_command_warns_and_fails_only_when_asked(
     config = ["--config", str(root / "evalsentry.yaml")]
     assert main([*base, *config]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("WARN leak check of rows against ")
+    assert out[0].startswith("WARN ") and " examples of rows (" in out[0]
     assert out[1].split() == ["example", "row", "kind", "training", "row", "overlap"]
     assert main([*base, "--fail-on-leak", *config]) == 1
     assert main([*base, "--jaccard", "1.5", *config]) == 2  # tabular rows: refused all the same
