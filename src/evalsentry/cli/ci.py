@@ -186,6 +186,8 @@ def gate(argv: Sequence[str]) -> int:
 
         settings, history = project(args.config)
         week = check_week(args.week) if args.week is not None else None
+        # Read before any verdict is printed: training data not there is one line, exit 2.
+        without_leaks = args.without_leaks and leaks_left_out(args.without_leaks)
         report = _gate_week(history, settings, week, args)
         if review is not None:
             review = replace(review, title=f"{report.week} {title}")
@@ -202,9 +204,9 @@ def gate(argv: Sequence[str]) -> int:
             print_without(
                 settings, report, args, "label-error suspects", suspects_left_out(settings)
             )
-        if args.without_leaks:
+        if without_leaks:
             what = f"examples in {args.without_leaks}"
-            print_without(settings, report, args, what, leaks_left_out(args.without_leaks))
+            print_without(settings, report, args, what, without_leaks)
         return code
 
 
@@ -387,12 +389,19 @@ def suspects_left_out(settings: Config) -> LeftOut:
 
 
 def leaks_left_out(train: str) -> LeftOut:
-    """Each evalset's examples found in the training data at ``train`` (``--without-leaks``)."""
+    """Each evalset's examples found in the training data at ``train`` (``--without-leaks``).
+
+    The training data is read now, once for every evalset.
+
+    Raises:
+        EvalsetError: nothing at ``train``, or files that cannot be read.
+    """
+    from evalsentry.evalsets.leaks import check_leaks, read_training
+
+    table = read_training(train)
 
     def left_out(evalset: Evalset) -> tuple[set[str], str]:
-        from evalsentry.evalsets.leaks import check_leaks
-
-        found = check_leaks(evalset, train)
+        found = check_leaks(evalset, train, table=table)
         ids = {leak.example_id for leak in found.leaks}
         return ids, f"{len(ids):,} of {found.examples:,} examples of {found.evalset} left out"
 

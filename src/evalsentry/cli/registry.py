@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -175,15 +176,17 @@ def _check_split_leaks(settings: Config, model: str) -> None:
     registration (the file is pinned); ``leak: fail`` is the weekly verdict's to enforce.
     """
     from evalsentry.evalsets.evalset import load_evalset
-    from evalsentry.evalsets.leaks import check_leaks
+    from evalsentry.evalsets.leaks import check_leaks, read_training
 
     binding = settings.models.get(model)
     if binding is None or binding.train_data is None:
         return
     train = settings.resolve(binding.train_data)
+    read = functools.cache(read_training)  # once for all the line's evalsets
     for name in binding.evalsets:
         try:
-            found = check_leaks(load_evalset(name, evalsets_dir=settings.evalsets_dir), train)
+            evalset = load_evalset(name, evalsets_dir=settings.evalsets_dir)
+            found = check_leaks(evalset, train, table=read(train))
         except EvalsentryError as exc:
             echo(f"WARN split-leak check of {name} not run: {exc}")
             continue

@@ -96,12 +96,15 @@ def check_leaks(
     train: str,
     decimals: int = DEFAULT_DECIMALS,
     jaccard: float | None = None,
+    *,
+    table: pa.Table | None = None,
 ) -> LeakCheck:
     """The examples of ``evalset`` that are in the training data at ``train``.
 
     ``decimals`` rounds fixed-size inputs for near rows; ``jaccard`` (default
     :data:`~evalsentry.evalsets.near_tokens.DEFAULT_JACCARD`) is the 5-gram Jaccard similarity a
-    token sequence needs to be a near row.
+    token sequence needs to be a near row. ``table``: the training data at ``train``, already
+    read (:func:`read_training`), for a caller checking several evalsets against it.
 
     Raises:
         EvalsetError: nothing at ``train``, a file that cannot be read, or data without the
@@ -111,7 +114,7 @@ def check_leaks(
 
     if jaccard is not None:
         check_jaccard(jaccard)  # refused for any evalset: a setting never silently unused
-    table = read_training(train)
+    table = read_training(train) if table is None else table
     where = train
     try:
         if isinstance(evalset.inputs, TokenInputs):

@@ -10,6 +10,7 @@ of the week (the gate, the reports, the alert, a raw query) carries it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +28,9 @@ def leak_verdicts(
     evaluations: Sequence[Mapping[str, Any]], evalsets: Mapping[str, Evalset], settings: Config
 ) -> list[Comparison]:
     """A verdict for each successful evaluation whose line names its training data."""
-    from evalsentry.evalsets.leaks import check_leaks
+    from evalsentry.evalsets.leaks import check_leaks, read_training
 
+    read = functools.cache(read_training)  # each training set read once for all its evalsets
     checked: dict[tuple[str, str], LeakCheck | str] = {}
     out = []
     for row in evaluations:
@@ -38,7 +40,7 @@ def leak_verdicts(
         train, evalset = settings.resolve(binding.train_data), str(row["evalset"])
         if (train, evalset) not in checked:
             try:
-                checked[train, evalset] = check_leaks(evalsets[evalset], train)
+                checked[train, evalset] = check_leaks(evalsets[evalset], train, table=read(train))
             except EvalsetError as exc:
                 checked[train, evalset] = str(exc)
         out.append(_verdict(row, checked[train, evalset], binding.train_data, binding.leak))

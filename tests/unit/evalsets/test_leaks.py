@@ -227,3 +227,7 @@ def test_the_gate_prints_the_verdict_without_leaked_examples_after_the_full_one(
         "left out"
     )
     assert after[1].endswith("(the verdict above stands): PASS")
+    # Training data not there: one line, exit 2, before any verdict is printed.
+    assert main([*argv, "--without-leaks", str(root / "missing.parquet")]) == 2
+    said = capsys.readouterr()
+    assert said.out == "" and said.err.count("\n") == 1 and "missing.parquet" in said.err
