@@ -400,7 +400,7 @@ def evalset_leak_check(
     elif not found.leaks:
         echo(found.headline())
     else:
-        tokens = "MinHash" in found.method
+        tokens = evalset.spec.inputs.is_tokens
         rows = [
             [leak.example_id, leak.row, leak.kind, _blank(leak.train_row), _share(leak, tokens)]
             for leak in found.leaks

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evalsentry.gate.flips import flips_of
+from evalsentry.gate.flips import Flips, flips_of
 from evalsentry.gate.slices import slice_columns
 
 if TYPE_CHECKING:
@@ -59,7 +59,11 @@ def concentration(
     without classes (or with one, as an imported harness run's right-or-wrong, and no slice) or
     with fewer than ``MIN_FLIPS`` flips.
     """
-    found = flips_of(history, evaluation_id, reference_evaluation_id)
+    return concentration_of(flips_of(history, evaluation_id, reference_evaluation_id), alpha)
+
+
+def concentration_of(found: Flips | None, alpha: float = 0.05) -> Concentration | None:
+    """:func:`concentration` of flips already read (:func:`~evalsentry.gate.flips.flips_of`)."""
     if found is None or np.asarray(found.current["target"]).ndim != 1:
         return None
     flips = int(found.newly_wrong.sum())

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from evalsentry.gate.concentration import Concentration, concentration
-from evalsentry.gate.flips import flipped_ids
+from evalsentry.gate.concentration import Concentration, concentration_of
+from evalsentry.gate.flips import Flips, flips_of
 from evalsentry.gate.verdicts import Comparison, GateReport, Reference, Verdict
 from evalsentry.names import LEAK_METRIC
 from evalsentry.weeks import week_start, weeks_in_order
@@ -169,6 +169,7 @@ def _findings(
     history: History, reference: Mapping[str, Any], current: Mapping[str, Any]
 ) -> Findings:
     ids = str(current["evaluation_id"]), str(reference["evaluation_id"])
+    flips = flips_of(history, *ids)  # read once: where they are, and which are suspects
     version = _text(current.get("version"))
     who = f"{current['model']}@v{version}" if version else f"the {current['model']} candidate"
     return Findings(
@@ -176,14 +177,14 @@ def _findings(
         what_changed(reference, current),
         *_differences(reference, current),
         _same_checkpoint(reference, current),
-        concentration(history, *ids),
-        _suspects_among_flips(history, current, reference),
+        concentration_of(flips),
+        _suspects_among_flips(history, current, flips),
         ids[0],
     )
 
 
 def _suspects_among_flips(
-    history: History, current: Mapping[str, Any], reference: Mapping[str, Any]
+    history: History, current: Mapping[str, Any], flips: Flips | None
 ) -> FlipSuspects | None:
     """How many of the newly wrong examples are label-error suspects.
 
@@ -191,8 +192,10 @@ def _suspects_among_flips(
     """
     from evalsentry.gate.suspects import flipped_suspects
 
-    flips = flipped_ids(history, str(current["evaluation_id"]), str(reference["evaluation_id"]))
-    return None if flips is None else flipped_suspects(history, current, flips[0])
+    if flips is None:
+        return None
+    newly_wrong = flips.current["example_id"][flips.newly_wrong]
+    return flipped_suspects(history, current, newly_wrong, flips.current)
 
 
 def diagnose(

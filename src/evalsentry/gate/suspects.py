@@ -160,15 +160,20 @@ class FlipSuspects:
 
 
 def flipped_suspects(
-    history: History, evaluation: Mapping[str, Any], newly_wrong: np.ndarray
+    history: History,
+    evaluation: Mapping[str, Any],
+    newly_wrong: np.ndarray,
+    columns: Mapping[str, np.ndarray] | None = None,
 ) -> FlipSuspects | None:
     """How many of one evaluation's newly wrong examples are label-error suspects.
 
     Found from the other checkpoints evaluated on the same content: not from the evaluation's
     own. None where none can be found: a task without labels, no stored probabilities, or any
-    failure (this explains a verdict, never makes one).
+    failure (this explains a verdict, never makes one). ``columns``: the evaluation's stored
+    outputs, where the caller has read them already.
     """
-    columns = history.predictions(str(evaluation["evaluation_id"]))
+    if columns is None:
+        columns = history.predictions(str(evaluation["evaluation_id"]))
     if columns is None or PROBABILITIES not in columns or not len(newly_wrong):
         return None
     examples = _examples_from(evaluation, columns)

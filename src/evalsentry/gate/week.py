@@ -147,7 +147,7 @@ def _gate_lines(
             (candidates["model"] == line_model) & (candidates["evalset"] == line_evalset)
         ]
         comparisons += _gate_line(history, week, line, its_candidates, policy, evalsets_dir)
-    return comparisons + _stored_timing(history, production[production["week"] == week])
+    return comparisons + _stored_measurements(history, production[production["week"] == week])
 
 
 def missing_lines(
@@ -307,7 +307,7 @@ def week_drift(
     return tuple(results)
 
 
-def _stored_timing(history: History, current: pd.DataFrame) -> list[Comparison]:
+def _stored_measurements(history: History, current: pd.DataFrame) -> list[Comparison]:
     """The paired-timing and split-leak verdicts recorded for these evaluations.
 
     Both run in the weekly run (timing needs the checkpoints and the device, the leak check the
