@@ -266,8 +266,8 @@ class CheckpointTooLarge(CheckpointError):
         self.size, self.limit = size, limit
         super().__init__(
             path,
-            f"refused unread: {what} {_bytes(size)}, more than max_checkpoint_bytes: "
-            f"{_bytes(limit)}; raise it in evalsentry.yaml only for a checkpoint you expect to "
+            f"refused unread: {what} {readable_bytes(size)}, more than max_checkpoint_bytes: "
+            f"{readable_bytes(limit)}; raise it in evalsentry.yaml only for a checkpoint you expect to "
             "be that large",
         )
 
@@ -288,7 +288,7 @@ class RegistryEntryInvalid(ConfigError, RegistryError):
     """A registry entry that is malformed, or does not match its file's name; names both."""
 
 
-def _bytes(size: int) -> str:
+def readable_bytes(size: int) -> str:
     """``4294967296 bytes (4.0 GiB)``: exact, and readable."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if size >= scale:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, NoReturn
 
+from evalsentry.harnesses.limits import check_log_size
 from evalsentry.harnesses.run import HarnessLogInvalid, HarnessRun, content_hash
 
 HARNESS = "inspect"
@@ -34,6 +35,7 @@ def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
     Raises:
         HarnessLogInvalid: the log cannot be imported (says what, and the fix).
     """
+    check_log_size(path)
     header = _header(path)
     ids, prompts, targets, clusters, scores = _samples(path, cluster)
     if not ids:

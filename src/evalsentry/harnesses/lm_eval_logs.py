@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from evalsentry.harnesses.limits import check_log_size
 from evalsentry.harnesses.run import HarnessLogInvalid, HarnessRun
 
 log = logging.getLogger(__name__)
@@ -190,6 +191,7 @@ def _results_file(folder: Path) -> Path:
 
 
 def _json(path: Path) -> dict[str, Any]:
+    check_log_size(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -227,6 +229,7 @@ def _samples_file(results_path: Path, task: str) -> Path:
 
 
 def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    check_log_size(path)
     rows = []
     with path.open("rb") as handle:
         for number, line in enumerate(handle, start=1):
