@@ -82,7 +82,7 @@ def _imports(week: str, models: list[str] | None, config_path: str) -> State:
     done = [f"imported {i.describe()}" for i in imported]
     for line in done:  # in the log and the artifact; the state message is the week's verdict
         get_run_logger().info(line)
-    refused = [f"not imported: {f.line}: {f.reason}" for f in found if f.action == REFUSED]
+    refused = [f.describe() for f in found if f.action == REFUSED]
     if report.failed:
         hold_alert(week, report)
         return fail(report.headline(), [*report.details(), *refused])

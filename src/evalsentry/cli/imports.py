@@ -140,8 +140,7 @@ def import_pickup(
         if item.action == IMPORT:
             echo(f"imported {import_found(store, item, settings, week).describe()}")
         else:
-            said = "not imported" if item.action == REFUSED else "skipped"
-            echo(f"{said} {item.line}: {item.source}: {item.reason}")
+            echo(item.describe())
     report = gate_project_week(store, week, settings, model or sorted(settings.imports))
     echo(report.headline())
     refused = any(item.action == REFUSED for item in found)

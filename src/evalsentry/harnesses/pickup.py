@@ -55,6 +55,11 @@ class Found:
     run: HarnessRun | None = None
     evalset: str | None = None
 
+    def describe(self) -> str:
+        """``not imported sums: <source>: <reason>`` (or ``skipped ...``), one line."""
+        said = "not imported" if self.action == REFUSED else self.action
+        return f"{said} {self.line}: {self.source}: {self.reason}"
+
 
 @dataclass(frozen=True)
 class Imported:
@@ -146,14 +151,14 @@ def plan_line(
     paths = locate(pattern, source.harness)
     if not paths:
         fix = f"check imports.{line}.results in {config.trust.config_file}"
-        reason = f"no {source.harness} run found in {pattern}; {fix}"
+        reason = f"no {source.harness} run found there; {fix}"
         return [Found(line, pattern, REFUSED, reason)]
-    found, new = [], []
+    found, new, broken = [], [], []
     for path in paths:
         try:
             run = read_source(source, path)
         except EvalsentryError as exc:
-            found.append(Found(line, path, REFUSED, str(exc)))
+            broken.append(Found(line, path, REFUSED, str(exc).removeprefix(f"{path}: ")))
             continue
         before = known.get(run_identity(run))
         if before is not None:
@@ -162,7 +167,35 @@ def plan_line(
             new.append(
                 Found(line, path, IMPORT, run=run, evalset=source.evalset or default_evalset(run))
             )
-    return found + _newest_only(history, line, source, new, known)  # fmt: skip
+    found += _newest_only(history, line, source, new, known)
+    return _superseded(line, broken, found, known) + found
+
+
+def _superseded(
+    line: str,
+    broken: list[Found],
+    found: list[Found],
+    known: dict[str, tuple[str, datetime | None]],
+) -> list[Found]:
+    """Runs that cannot be imported: refused, unless written before the line's newest import.
+
+    An errored or damaged run left in the folder fails the pick-up that finds it, as long as
+    nothing newer stands for the line; once a newer run is imported it is skipped, naming it,
+    and no later week fails for it.
+    """
+    imported = [_end(f.run) for f in found if f.action == IMPORT]
+    ends = [end for model, end in known.values() if model == line and end] + imported
+    newest = max(ends, default=None)
+    out = []
+    for item in broken:
+        written = _written(item.source)
+        if newest is not None and written is not None and written <= newest:
+            why = item.reason.split("; ")[0]
+            reason = f"not importable ({why}), and older than the line's newest imported run"
+            out.append(replace(item, action=SKIPPED, reason=reason))
+        else:
+            out.append(item)
+    return out
 
 
 def _newest_only(
@@ -187,7 +220,8 @@ def _newest_only(
         try:
             check_same_harness(history, line, newest.evalset, newest.run)
         except UsageError as exc:
-            reason = f"{exc} (in evalsentry.yaml: imports.{line}.allow_harness_change: true)"
+            said = str(exc).removeprefix(f"{newest.source}: ")
+            reason = f"{said} (in evalsentry.yaml: imports.{line}.allow_harness_change: true)"
             return [*kept, replace(newest, action=REFUSED, reason=reason, run=None)]
     return [*kept, newest]
 
@@ -253,6 +287,14 @@ def _end(run: HarnessRun | None) -> datetime:
     if end is None:
         return datetime.min.replace(tzinfo=UTC)
     return end if end.tzinfo is not None else end.replace(tzinfo=UTC)
+
+
+def _written(path: str) -> datetime | None:
+    """When the file at ``path`` was last written; None when it cannot be read."""
+    try:
+        return datetime.fromtimestamp(Path(path).stat().st_mtime, UTC)
+    except OSError:
+        return None
 
 
 def _when(value: object) -> datetime | None:

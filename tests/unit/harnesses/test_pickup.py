@@ -108,3 +108,37 @@ def test_a_bad_imports_entry_exits_2_naming_file_and_field(
     assert main(["gate", "--config", str(config)]) == 2
     err = capsys.readouterr().err.strip()
     assert f"{config}: {field}:" in err and len(err.splitlines()) == 1
+
+
+def test_an_errored_run_fails_its_week_and_no_later_one(
+    tmp_path: Path, harness_logs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An Inspect log that ended in an error, left in the folder: the week that finds it with
+    nothing newer is not imported (exit 2, naming it); once a newer run is imported it is
+    skipped, naming it, and the week passes."""
+    from datetime import UTC, datetime, timedelta
+
+    from inspect_ai.log import read_eval_log, write_eval_log
+
+    config = tmp_path / "evalsentry.yaml"
+    config.write_text("store: store\nimports:\n  sums: {harness: inspect, results: logs}\n")
+    logs = harness_logs / "inspect"
+    shutil.copytree(logs / "good", tmp_path / "logs" / "good")
+    assert main(["import", "pickup", "--week", "2026-W40", "--config", str(config)]) == 0
+    errored = read_eval_log(str(next((logs / "same").glob("*.eval"))))
+    errored.status = "error"
+    write_eval_log(errored, str(tmp_path / "logs" / "errored.eval"))
+    capsys.readouterr()
+    assert main(["import", "pickup", "--week", "2026-W41", "--config", str(config)]) == 2
+    out = capsys.readouterr().out
+    assert "not imported sums: " in out and "errored.eval: status: the run ended 'error'" in out
+    assert out.count("errored.eval") == 1
+    newer = read_eval_log(str(next((logs / "same").glob("*.eval"))))
+    assert newer.stats is not None
+    newer.stats.completed_at = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+    write_eval_log(newer, str(tmp_path / "logs" / "newer.eval"))
+    assert main(["import", "pickup", "--week", "2026-W42", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "imported sums@v1" in out and "not imported" not in out
+    assert "(status: the run ended 'error', not 'success'), and older than the line's newest" in out
+    assert out.splitlines()[-1].startswith("2026-W42: PASS")
