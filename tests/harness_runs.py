@@ -7,9 +7,11 @@ here: it reads the sum in the prompt and answers right on the share ``skill`` of
 (chosen by a hash of the prompt, so runs are reproducible), else one more than the sum.
 ``PROMPT`` (optional) replaces the task's ``doc_to_text``: a changed prompt.
 
-``python -m tests.harness_runs inspect OUT NAME=SKILL ...`` runs ``inspect_ai.eval`` on the task
-in ``tests/data/harnesses/inspect`` with Inspect's ``mockllm/model`` answering the same way, two
-epochs, writing ``OUT/NAME/*.eval``. Neither touches the network.
+``python -m tests.harness_runs inspect OUT NAME=SKILL[:REDUCER] ...`` runs ``inspect_ai.eval`` on
+the task in ``tests/data/harnesses/inspect`` with Inspect's ``mockllm/model`` answering the same
+way, two epochs, writing ``OUT/NAME/*.eval``. With ``REDUCER`` (``at_least_1``, ``max``, ...) the
+epochs are reduced by it, and whether the model knows a sum is drawn afresh each epoch (so the
+reducer changes the score). Neither touches the network.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import re
 import shutil
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +102,7 @@ def run_lm_eval(out: Path, versions: list[str]) -> None:
 
 
 def run_inspect(out: Path, versions: list[str]) -> None:
+    from inspect_ai import Epochs
     from inspect_ai import eval as inspect_eval
     from inspect_ai.model import ModelOutput, ModelUsage, get_model
 
@@ -106,10 +110,19 @@ def run_inspect(out: Path, versions: list[str]) -> None:
     from arith_task import arith
 
     for version in versions:
-        name, _, skill = version.partition("=")
+        name, _, spec = version.partition("=")
+        skill, _, reducer = spec.partition(":")
+        calls: Counter[str] | None = Counter() if reducer else None
 
-        def reply(messages: Any, *_: Any, level: float = float(skill)) -> ModelOutput:
-            text = str(answer(messages[-1].text, level))
+        def reply(
+            messages: Any, *_: Any, level: float = float(skill), seen: Counter[str] | None = calls
+        ) -> ModelOutput:
+            prompt = messages[-1].text
+            asked = prompt
+            if seen is not None:  # with a reducer, each epoch's answer is drawn afresh
+                seen[prompt] += 1
+                asked = f"{prompt} #{seen[prompt]}"
+            text = str(answer(asked, level))
             output = ModelOutput.from_content(model="mockllm/model", content=text)
             output.usage = ModelUsage(
                 input_tokens=14, output_tokens=2, total_tokens=16, total_cost=COST_PER_CALL
@@ -117,7 +130,10 @@ def run_inspect(out: Path, versions: list[str]) -> None:
             return output
 
         model = get_model("mockllm/model", custom_outputs=reply, skill=skill)
-        logs = inspect_eval(arith(), model=model, log_dir=str(out / name), epochs=2, display="none")
+        epochs = Epochs(2, reducer) if reducer else 2
+        logs = inspect_eval(
+            arith(), model=model, log_dir=str(out / name), epochs=epochs, display="none"
+        )
         assert logs[0].status == "success", logs[0].error
 
 

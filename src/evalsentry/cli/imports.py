@@ -76,7 +76,7 @@ def import_inspect(
     allow_harness_change: AllowOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """Import an Inspect log, paired by sample id; epochs are averaged per sample."""
+    """Import an Inspect log, paired by sample id; epochs reduced as Inspect reduced them."""
     from evalsentry.harnesses.inspect_logs import read_inspect
 
     _record(read_inspect(path, cluster=cluster), model, evalset, week, allow_harness_change, config)

@@ -1,10 +1,11 @@
 """Reading a run of Inspect (UK AISI's ``inspect_ai``) from its log, through Inspect's reader.
 
-``inspect_ai.log.read_eval_log`` (header) and ``read_eval_log_samples`` (samples, streamed) read
-any log Inspect wrote (``.eval`` or ``.json``, on any fsspec path). Examples are keyed by the
-sample's ``id``; each epoch is a repeat, averaged per example. Scores become numbers by
-Inspect's own ``value_to_float`` (``C`` 1, ``I`` 0, ``P`` 0.5, ...); a scorer whose value is a
-dictionary gives one score per key (``scorer.key``). Inspect is imported only here.
+``inspect_ai.log.read_eval_log`` reads any log Inspect wrote (``.eval`` or ``.json``, on any
+fsspec path), samples without their transcripts, once :mod:`.limits` has checked its size.
+Examples are keyed by the sample's ``id``; each epoch is a repeat carrying the sample's score
+reduced as Inspect reduced it (the log's ``reductions``). Scores become numbers by Inspect's own
+``value_to_float`` (``C`` 1, ``I`` 0, ``P`` 0.5, ...); a scorer whose value is a dictionary
+gives one score per key (``scorer.key``). Inspect is imported only here.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ HARNESS = "inspect"
 SUPPORTED_VERSIONS = (2,)
 _VERSION = re.compile(r"\bversion (\d+)\b", re.IGNORECASE)
 _FIX = "re-run the task with inspect_ai and import its log"
+#: A sample's fields evalsentry does not read (its transcript): not loaded.
+_NOT_READ = {"messages", "events", "attachments", "store", "output"}
 
 
 def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
@@ -36,22 +39,22 @@ def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
         HarnessLogInvalid: the log cannot be imported (says what, and the fix).
     """
     check_log_size(path)
-    header = _header(path)
-    ids, prompts, targets, clusters, scores = _samples(path, cluster)
+    log = _log(path)
+    ids, prompts, targets, clusters, scores = _samples(path, log, cluster)
     if not ids:
         raise HarnessLogInvalid(
             path, "samples", "the log holds no sample", "run it with log_samples on"
         )
-    evaluation = header.eval
+    evaluation = log.eval
     revision = evaluation.revision
-    usage = _usage(path, header.stats.model_usage if header.stats else {})
-    started, finished = _when(header.stats.started_at), _when(header.stats.completed_at)
+    usage = _usage(path, log.stats.model_usage if log.stats else {})
+    started, finished = _when(log.stats.started_at), _when(log.stats.completed_at)
     task_version = evaluation.task_version
     return HarnessRun(
         harness=HARNESS,
         harness_version=str(evaluation.packages.get("inspect_ai", "")),
         task=str(evaluation.task).split("/")[-1],
-        scoring=_scoring(header),
+        scoring=_scoring(log),
         task_version=task_version if isinstance(task_version, int) else None,
         source=path,
         example_ids=ids,
@@ -80,7 +83,7 @@ def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
     )  # fmt: skip
 
 
-def _scoring(header: Any) -> dict[str, Any]:
+def _scoring(log: Any) -> dict[str, Any]:
     """What gives the run's scores their meaning besides each sample's input and target.
 
     The task (version, arguments, solver), the plan (each solver step with its parameters:
@@ -88,9 +91,9 @@ def _scoring(header: Any) -> dict[str, Any]:
     (temperature, max tokens, ...), epochs and their reducer, the scorers and their reducers,
     and the sandbox.
     """
-    evaluation = header.eval
-    plan = header.plan
-    scores = header.results.scores if header.results else []
+    evaluation = log.eval
+    plan = log.plan
+    scores = log.results.scores if log.results else []
     return {
         "task": evaluation.task,
         "task_version": evaluation.task_version,
@@ -106,12 +109,17 @@ def _scoring(header: Any) -> dict[str, Any]:
     }
 
 
-def _header(path: str) -> Any:
-    """The log's header (Inspect's ``EvalLog`` without samples), once its format is known."""
+def _log(path: str) -> Any:
+    """The log (Inspect's ``EvalLog``; samples without their transcripts), once it is whole.
+
+    Raises:
+        HarnessLogInvalid: a format this reader does not know, a run that did not succeed, a
+            sample or epoch missing.
+    """
     from inspect_ai.log import read_eval_log
 
     try:
-        header = read_eval_log(path, header_only=True)
+        log = read_eval_log(path, exclude_fields=_NOT_READ)
     except FileNotFoundError:
         raise HarnessLogInvalid(
             path, "", "no such log", "give the path of an Inspect log"
@@ -123,33 +131,43 @@ def _header(path: str) -> Any:
         raise HarnessLogInvalid(
             path, "", f"not an Inspect log Inspect can read ({_first(exc)})", _FIX
         ) from None
-    if header.version not in SUPPORTED_VERSIONS:
-        _unsupported(path, header.version)
-    if header.status != "success":
+    if log.version not in SUPPORTED_VERSIONS:
+        _unsupported(path, log.version)
+    if log.status != "success":
         raise HarnessLogInvalid(
-            path, "status", f"the run ended {header.status!r}, not 'success'", _FIX
+            path, "status", f"the run ended {log.status!r}, not 'success'", _FIX
         )
-    return header
+    expected = {
+        (str(sample_id), epoch)
+        for sample_id in log.eval.dataset.sample_ids or []
+        for epoch in range(1, (log.eval.config.epochs or 1) + 1)
+    }
+    missing = expected - {(str(s.id), s.epoch) for s in log.samples or []}
+    if missing:
+        sample_id, epoch = min(missing)
+        raise HarnessLogInvalid(path, "samples", f"{len(missing)} missing (sample {sample_id} epoch {epoch} first)", _FIX)  # fmt: skip
+    return log
 
 
 def _samples(
-    path: str, cluster: str | None
+    path: str, log: Any, cluster: str | None
 ) -> tuple[list[str], list[str], list[str], list[str], dict[str, list[float]]]:
-    """Each sample's id, prompt and target hashes, cluster, and scores, epoch by epoch."""
-    from inspect_ai.log import read_eval_log_samples
+    """Each sample's id, prompt and target hashes, cluster, and scores, epoch by epoch.
 
+    A score is the sample's reduced score over its epochs as Inspect reduced it (``mean``,
+    ``at_least_1``, ``max``, ...: the log's ``reductions``), on every epoch's row, so that the
+    mean over an example's rows is the score Inspect's metrics are computed from.
+    """
+    reduced = _reductions(path, log)
     ids: list[str] = []
     prompts: list[str] = []
     targets: list[str] = []
     clusters: list[str] = []
     scores: dict[str, list[float]] = {}
-    try:
-        samples = list(read_eval_log_samples(path, all_samples_required=True))
-    except Exception as exc:  # noqa: BLE001 - as above
-        raise HarnessLogInvalid(path, "samples", f"unreadable ({_first(exc)})", _FIX) from None
-    for sample in samples:
+    for sample in log.samples or []:
         where = f"samples[{sample.id} epoch {sample.epoch}]"
         values = _values(path, where, sample.scores)
+        values.update(reduced.get(str(sample.id), {}))
         if ids and set(values) != set(scores):
             raise HarnessLogInvalid(path, f"{where}.scores", f"scores {sorted(values)}, other samples {sorted(scores)}", _FIX)  # fmt: skip
         for key, value in values.items():
@@ -163,6 +181,32 @@ def _samples(
                 raise HarnessLogInvalid(path, f"{where}.metadata.{cluster}", "missing (the cluster key)", "name a key every sample's metadata has with --cluster")  # fmt: skip
             clusters.append(str(metadata[cluster]))
     return ids, prompts, targets, clusters, scores
+
+
+def _reductions(path: str, log: Any) -> dict[str, dict[str, float]]:
+    """Each sample's reduced scores, by sample id, as :func:`_values` names them.
+
+    Raises:
+        HarnessLogInvalid: a scorer reduced by anything but the mean has no reductions logged
+            (its per-epoch values would be averaged: another number than Inspect's).
+    """
+    out: dict[str, dict[str, float]] = {}
+    logged = {r.scorer: r for r in log.reductions or []}
+    for score in log.results.scores if log.results else []:
+        reducer = score.reducer or _epochs_reducer(log)
+        if score.name not in logged and reducer not in (None, "mean"):
+            raise HarnessLogInvalid(path, "reductions", f"scorer {score.name!r} is reduced by {reducer!r} and the log holds no reduced score", _FIX)  # fmt: skip
+    for name, reduction in logged.items():
+        for item in reduction.samples:
+            where = f"reductions.{name}[{item.sample_id}]"
+            found = _values(path, where, {name: item})
+            out.setdefault(str(item.sample_id), {}).update(found)
+    return out
+
+
+def _epochs_reducer(log: Any) -> str | None:
+    reducers = log.eval.config.epochs_reducer or []
+    return reducers[0] if len(reducers) == 1 else ("/".join(reducers) or None)
 
 
 def _unsupported(path: str, version: int) -> NoReturn:

@@ -16,6 +16,8 @@ ROOT = Path(__file__).parents[3]
 VERSIONS = ["good=1.0", "same=1.0", "worse=0.5"]
 #: The lm-eval task again, with another prompt template.
 PROMPT_CHANGED = "prompt=1.0:Q: {{question}} A:"
+#: The Inspect task again, each epoch answered afresh and reduced by at_least_1.
+REDUCED = "reduced=0.5:at_least_1"
 
 
 def _run_harnesses(out: Path) -> None:
@@ -32,7 +34,7 @@ def _run_harnesses(out: Path) -> None:
         )
         for harness, folder, versions in (
             ("lm-eval", "lm", [*VERSIONS, PROMPT_CHANGED]),
-            ("inspect", "inspect", VERSIONS),
+            ("inspect", "inspect", [*VERSIONS, REDUCED]),
         )
     ]
     for run in runs:

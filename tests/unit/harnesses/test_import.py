@@ -449,3 +449,45 @@ class TestBadInput:
         assert code == 2 and err.count("\n") == 1
         assert f"{path}: version: log format version 3" in err
         assert history(project).evaluations().empty
+
+
+class TestTheHarnessesOwnNumbers:
+    """The gated score is the score the harness reported, its reducers honoured."""
+
+    def test_lm_evals_reported_accuracy(
+        self, harness_logs: Path, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """score:acc of a run right on 22 of 40 is lm-eval's own acc,none."""
+        folder = lm_folder(harness_logs, "worse")
+        results = json.loads(next(Path(folder).rglob("results_*.json")).read_text())
+        reported = results["results"]["evalsentry_arith"]["acc,none"]
+        assert import_lm(capsys, project, folder, "2026-W40")[0] == 0
+        (value,) = history(project).metrics(history(project).evaluations()["evaluation_id"])[
+            "value"
+        ]
+        assert value == pytest.approx(reported, abs=1e-12)
+
+    def test_an_inspect_reducer_is_honoured_and_recorded(
+        self, harness_logs: Path, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Two epochs reduced by at_least_1: the gated score is Inspect's accuracy (right in
+        either epoch), not the plain mean of the epochs; the reducer is in the lineage."""
+        from inspect_ai.log import read_eval_log
+
+        path = inspect_log(harness_logs, "reduced")
+        log = read_eval_log(path)
+        assert log.results is not None and log.samples is not None
+        reported = log.results.scores[0].metrics["accuracy"].value
+        plain = sum(s.scores["match"].value == "C" for s in log.samples if s.scores) / len(
+            log.samples
+        )
+        assert abs(reported - plain) > 0.1  # the reducer matters on this run
+        code, out, err = import_inspect(capsys, project, path, "2026-W40")
+        assert code == 0, err
+        assert f"30 examples, score:match {reported:.4f}" in out
+        (value,) = history(project).metrics(history(project).evaluations()["evaluation_id"])[
+            "value"
+        ]
+        assert value == pytest.approx(reported, abs=1e-12)
+        lineage = json.loads(history(project).evaluations().iloc[0]["config_json"])
+        assert lineage["scoring"]["epochs_reducer"] == ["at_least_1"]
