@@ -92,6 +92,40 @@ def paired_clusters(ref_columns: Columns, cur_columns: Columns) -> Clusters | No
     return Clusters(index.ravel().astype(np.intp), int(index.max()) + 1, key)
 
 
+def cluster_mismatch(ref_columns: Columns, cur_columns: Columns) -> str | None:
+    """Why two aligned sides cannot be tested as clustered, or None when their grouping agrees.
+
+    A grouping on one side only, or two groupings, would leave the comparison unclustered,
+    its intervals too narrow for grouped examples: refused instead, saying how to import them.
+    """
+    sides = [CLUSTER_COLUMN in ref_columns, CLUSTER_COLUMN in cur_columns]
+    if not any(sides):
+        return None
+    if not all(sides):
+        columns = ref_columns if sides[0] else cur_columns
+        key = _key(columns)
+        which = "the reference" if sides[0] else "this run"
+        return (
+            f"not comparable: only {which} is grouped into clusters (by {key}); import both "
+            f"runs with --cluster {key}, or neither"
+        )
+    ref = np.asarray(ref_columns[CLUSTER_COLUMN]).astype(str)
+    cur = np.asarray(cur_columns[CLUSTER_COLUMN]).astype(str)
+    if ref.shape == cur.shape and np.array_equal(ref, cur):
+        return None
+    differ = int((ref != cur).sum()) if ref.shape == cur.shape else max(ref.size, cur.size)
+    return (
+        f"not comparable: the clusters differ ({differ} of {cur.size} examples grouped "
+        f"otherwise: by {_key(ref_columns)}, then by {_key(cur_columns)}); import both runs "
+        "with the same --cluster"
+    )
+
+
+def _key(columns: Columns) -> str:
+    keys = sorted({str(v) for v in columns.get(CLUSTER_KEY_COLUMN, [])})
+    return "/".join(keys) or "a field not recorded"
+
+
 def clustered_se(differences: FloatArray, index: IntArray) -> float:
     """The cluster-robust standard error of the mean of per-example ``differences``.
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from evalsentry.config import GatePolicy
 from evalsentry.errors import EvalsentryError
+from evalsentry.gate.clusters import cluster_mismatch
 from evalsentry.gate.content import content_change
 from evalsentry.gate.metrics import metric_names
 from evalsentry.gate.slices import OVERALL, slice_columns, slice_masks
@@ -162,6 +163,9 @@ def read_pairs(history: History, current: pd.Series, reference: pd.Series) -> Pa
     aligned = align(ref_cols, cur_cols)
     if aligned is None:
         return "not comparable: different example ids"
+    mismatch = cluster_mismatch(aligned, cur_cols)
+    if mismatch:
+        return mismatch
     stored = history.metrics([current["evaluation_id"], reference["evaluation_id"]])
     values = {(r.evaluation_id, r.metric, r.slice): r.value for r in stored.itertuples()}
     return Pairs(aligned, cur_cols, values)

@@ -14,6 +14,7 @@ from evalsentry.config import GatePolicy, Tolerance
 from evalsentry.gate.clusters import (
     Clusters,
     cluster_intervals,
+    cluster_mismatch,
     clustered_se,
     clustered_t,
     paired_clusters,
@@ -180,13 +181,23 @@ class TestClusteredGate:
         ((plain, _),) = judge(predictions(ref), predictions(cur), ["nll"])
         assert plain.method == "sign-flip" and plain.p_zero < 0.01
 
-    def test_one_side_without_clusters_is_not_clustered(self) -> None:
-        """Clusters hold only when both sides carry the same grouping."""
+    def test_one_side_without_clusters_is_not_clustered_and_the_pair_is_refused(self) -> None:
+        """Clusters hold only when both sides carry the same grouping; where they do not, the
+        comparison is refused (read_pairs' reason), never tested as unclustered."""
         ref, cur = correlated()
         groups = passages()
-        assert paired_clusters(predictions(ref), with_clusters(predictions(cur), groups)) is None
+        clustered = with_clusters(predictions(cur), groups)
+        assert paired_clusters(predictions(ref), clustered) is None
+        assert cluster_mismatch(predictions(ref), clustered) == (
+            "not comparable: only this run is grouped into clusters (by passage); import both "
+            "runs with --cluster passage, or neither"
+        )
         other = with_clusters(predictions(ref), np.roll(groups, 1))
-        assert paired_clusters(other, with_clusters(predictions(cur), groups)) is None
+        assert paired_clusters(other, clustered) is None
+        reason = cluster_mismatch(other, clustered)
+        assert reason is not None and reason.startswith("not comparable: the clusters differ (")
+        assert cluster_mismatch(with_clusters(predictions(ref), groups), clustered) is None
+        assert cluster_mismatch(predictions(ref), predictions(cur)) is None
 
 
 class TestClusterIntervals:

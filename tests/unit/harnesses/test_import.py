@@ -141,6 +141,21 @@ class TestClustered:
         assert "clustered by passage: 10 clusters" in out
         assert "cluster-sign-flip" in junit.read_text()
 
+    def test_clusters_on_one_side_only_are_refused(
+        self, harness_logs: Path, project: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The reference grouped by passage, this week's run not: an unclustered test would be
+        too narrow for grouped examples, so it is an ERROR saying how to import them."""
+        good, worse = lm_folder(harness_logs, "good"), lm_folder(harness_logs, "worse")
+        assert import_lm(capsys, project, good, "2026-W40", "--cluster", "passage")[0] == 0
+        assert import_lm(capsys, project, worse, "2026-W41")[0] == 0
+        code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
+        assert code == 2 and "FAIL" not in out
+        assert (
+            "not comparable: only the reference is grouped into clusters (by passage); import "
+            "both runs with --cluster passage, or neither" in out
+        )
+
 
 class TestInspect:
     def test_a_degraded_version_fails_and_a_harmless_one_passes(
