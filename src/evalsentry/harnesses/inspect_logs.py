@@ -11,6 +11,7 @@ gives one score per key (``scorer.key``). Inspect is imported only here.
 from __future__ import annotations
 
 import math
+from collections import Counter
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -128,8 +129,9 @@ def _log(path: str) -> Any:
         version = _VERSION.search(" ".join(map(str, _chain(exc))))
         if version:  # Inspect's reader refuses formats it does not know, before we could
             _unsupported(path, int(version[1]))
+        field, why = _invalid_field(exc)
         raise HarnessLogInvalid(
-            path, "", f"not an Inspect log Inspect can read ({_first(exc)})", _FIX
+            path, field, f"not an Inspect log Inspect can read ({why})", _FIX
         ) from None
     if log.version not in SUPPORTED_VERSIONS:
         _unsupported(path, log.version)
@@ -142,7 +144,12 @@ def _log(path: str) -> Any:
         for sample_id in log.eval.dataset.sample_ids or []
         for epoch in range(1, (log.eval.config.epochs or 1) + 1)
     }
-    missing = expected - {(str(s.id), s.epoch) for s in log.samples or []}
+    logged = Counter((str(s.id), s.epoch) for s in log.samples or [])
+    twice = sorted(key for key, count in logged.items() if count > 1)
+    if twice:
+        (sample_id, epoch), count = twice[0], logged[twice[0]]
+        raise HarnessLogInvalid(path, f"samples[{sample_id} epoch {epoch}]", f"logged {count} times: one sample can have one score", _FIX)  # fmt: skip
+    missing = expected - set(logged)
     if missing:
         sample_id, epoch = min(missing)
         raise HarnessLogInvalid(path, "samples", f"{len(missing)} missing (sample {sample_id} epoch {epoch} first)", _FIX)  # fmt: skip
@@ -284,6 +291,19 @@ def _chain(exc: BaseException) -> list[BaseException]:
     while (cause := found[-1].__cause__ or found[-1].__context__) and len(found) < 10:
         found.append(cause)
     return found
+
+
+def _invalid_field(exc: BaseException) -> tuple[str, str]:
+    """The field Inspect's validation refused first (``samples.3.epoch``) and why, if it did."""
+    from pydantic import ValidationError
+
+    for cause in _chain(exc):
+        if isinstance(cause, ValidationError) and cause.errors():
+            first = cause.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])[:200]
+            more = cause.error_count() - 1
+            return field, f"{first['msg'][:200]}" + (f"; {more} more" if more else "")
+    return "", _first(exc)
 
 
 def _first(exc: BaseException) -> str:

@@ -391,6 +391,25 @@ class TestBadInput:
         assert f"{samples}: line {len(lines) + 1}: doc_id: document 0 is also on line 1" in err
         assert history(project).evaluations().empty
 
+    def test_an_inspect_sample_logged_twice_is_refused_not_averaged(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A sample and epoch logged twice with another score: one line naming it, nothing kept."""
+        from inspect_ai.log import read_eval_log, write_eval_log
+
+        log = read_eval_log(inspect_log(harness_logs, "good"))
+        assert log.samples is not None
+        twin = log.samples[0].model_copy(deep=True)
+        twin.scores["match"].value = "I"  # type: ignore[index]
+        log.samples.append(twin)
+        doubled = tmp_path / "doubled.json"
+        write_eval_log(log, str(doubled))
+        code, _, err = import_inspect(capsys, project, str(doubled), "2026-W40")
+        assert code == 2 and err.count("\n") == 1, err
+        first = log.samples[0]
+        assert f"samples[{first.id} epoch {first.epoch}]: logged 2 times" in err
+        assert history(project).evaluations().empty
+
     @pytest.mark.parametrize("value", [1e300, -0.5, 2])
     def test_a_score_outside_its_range_is_refused(
         self,
