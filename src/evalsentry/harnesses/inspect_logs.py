@@ -11,12 +11,13 @@ gives one score per key (``scorer.key``). Inspect is imported only here.
 from __future__ import annotations
 
 import math
-from collections import Counter
 import re
+from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, NoReturn
 
+from evalsentry.harnesses.example_text import TEXT_COLUMNS, inspect_texts
 from evalsentry.harnesses.limits import check_log_size
 from evalsentry.harnesses.run import HarnessLogInvalid, HarnessRun, content_hash
 
@@ -26,7 +27,7 @@ SUPPORTED_VERSIONS = (2,)
 _VERSION = re.compile(r"\bversion (\d+)\b", re.IGNORECASE)
 _FIX = "re-run the task with inspect_ai and import its log"
 #: A sample's fields evalsentry does not read (its transcript): not loaded.
-_NOT_READ = {"messages", "events", "attachments", "store", "output"}
+_NOT_READ = {"messages", "events", "attachments", "store"}
 
 
 def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
@@ -42,6 +43,7 @@ def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
     check_log_size(path)
     log = _log(path)
     ids, prompts, targets, clusters, scores = _samples(path, log, cluster)
+    texts = [inspect_texts(sample) for sample in log.samples or []]
     if not ids:
         raise HarnessLogInvalid(
             path, "samples", "the log holds no sample", "run it with log_samples on"
@@ -73,6 +75,7 @@ def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
             "dataset": evaluation.dataset.name,
         },
         clusters=clusters if cluster is not None else None,
+        texts={name: [t[name] for t in texts] for name in TEXT_COLUMNS if texts and name in texts[0]},
         cluster_key=cluster,
         git_sha=revision.commit if revision is not None and revision.commit else None,
         started_at=started,

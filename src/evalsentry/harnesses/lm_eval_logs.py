@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from evalsentry.harnesses.example_text import TEXT_COLUMNS, lm_eval_texts
 from evalsentry.harnesses.limits import check_log_size
 from evalsentry.harnesses.run import HarnessLogInvalid, HarnessRun
 
@@ -104,6 +105,7 @@ def _read(
         model_identity=model_identity,
         lineage=_lineage(results, config, task, rows[0][1]),
         clusters=[_cluster(samples_path, i, r, cluster) for i, r in rows] if cluster else None,
+        texts=_texts([r for _, r in rows]),
         cluster_key=cluster or None,
         git_sha=git if _HEX.fullmatch(git) else None,
         seed=_int(config.get("random_seed")),
@@ -111,6 +113,12 @@ def _read(
         finished_at=finished,
         wall_s=seconds,
     )  # fmt: skip
+
+
+def _texts(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Each row's texts (:func:`~.example_text.lm_eval_texts`), column by column."""
+    texts = [lm_eval_texts(row) for row in rows]
+    return {name: [t[name] for t in texts] for name in TEXT_COLUMNS}
 
 
 def _version(path: Path, results: Mapping[str, Any]) -> str:

@@ -6,8 +6,9 @@ example, the examples keyed by their content (``example_id``), the evalset pinne
 the example ids and content hashes, a ``score:<key>`` metric per score, lineage, cost. Its
 predictions hold, per example: ``example_id``, one ``score:<key>`` column per score (the mean
 over repeats), ``prediction`` (1 where the first score is at least one half: what a flip is)
-and ``target`` (1), ``prompt_hash``, ``target_hash``, ``task_hash``, ``harness``, ``repeats``
-and, when examples come in groups, ``cluster`` and ``cluster_key`` (the field they were grouped
+and ``target`` (1), ``prompt_hash``, ``target_hash``, ``task_hash``, ``harness``, ``repeats``,
+the texts a person reads (``doc_id``, ``question``, ``expected``, ``response``: the first
+row's, :mod:`.example_text`) and, when examples come in groups, ``cluster`` and ``cluster_key`` (the field they were grouped
 by): the gate's tests and the metrics' intervals are then clustered (:mod:`evalsentry.gate.clusters`).
 """
 
@@ -87,6 +88,8 @@ class HarnessRun:
     output_tokens: int | None = None
     money: float | None = None  # in HARNESS_CURRENCY, when the harness recorded it
     notes: list[str] = field(default_factory=list)
+    #: What a person reads of each row (:mod:`.example_text`): text column -> one per row.
+    texts: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
 
 def task_hash(run: HarnessRun) -> str:
@@ -124,6 +127,9 @@ def per_example(run: HarnessRun) -> dict[str, np.ndarray]:
         columns[SCORE_PREFIX + key] = sums / counts
     for name, hashes in (("prompt_hash", run.prompt_hashes), ("target_hash", run.target_hashes)):
         columns[name] = _one_per_example(run, name, order, index, hashes)
+    first_row = np.unique(index, return_index=True)[1]  # every example has a row
+    for name, texts in run.texts.items():
+        columns[name] = np.asarray(texts, dtype=object)[first_row]
     if run.clusters is not None:
         columns["cluster"] = _one_per_example(run, "cluster", order, index, run.clusters)
         if run.cluster_key:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -58,9 +59,14 @@ def up_to(frame: pd.DataFrame, week: str) -> pd.DataFrame:
     return frame[frame["week"].isin(weeks_up_to(frame["week"], week))]
 
 
+#: Control characters (ESC, NUL, ...): shown as their escapes, never passed to the page.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
 def esc(value: object) -> str:
-    """``value`` as HTML text (None as nothing)."""
-    return html.escape("" if value is None else str(value))
+    r"""``value`` as HTML text (None as nothing), a control character as ``\xNN``."""
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", "" if value is None else str(value))
+    return html.escape(text)
 
 
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -118,23 +124,46 @@ def cost_chart(evaluations: pd.DataFrame) -> str:
     return chart.render()
 
 
-def _flips(history: History, current: pd.Series, previous: pd.Series | None) -> list[object]:
+def _flips(
+    history: History, current: pd.Series, previous: pd.Series | None
+) -> tuple[list[object], list[list[object]]]:
+    """The flips' counts and first ids, and the first newly wrong examples' texts (if kept)."""
     if previous is None:
-        return []
+        return [], []
     cur, ref = (
         history.predictions(current["evaluation_id"]),
         history.predictions(previous["evaluation_id"]),
     )
     aligned = align(ref, cur) if cur is not None and ref is not None else None
     if aligned is None or cur is None or "prediction" not in cur:
-        return []  # not comparable, or a language model: no right or wrong to flip
+        return [], []  # not comparable, or a language model: no right or wrong to flip
     if np.issubdtype(cur["prediction"].dtype, np.floating):
-        return []  # a regression task: no right or wrong to flip
+        return [], []  # a regression task: no right or wrong to flip
     newly_wrong, newly_right = flip_masks(
         aligned["prediction"] == aligned["target"], cur["prediction"] == cur["target"]
     )
     wrong, right = cur["example_id"][newly_wrong], cur["example_id"][newly_right]
-    return [len(wrong), _some(wrong), len(right), _some(right)]
+    texts = _flip_texts(cur, aligned, newly_wrong)
+    return [len(wrong), _some(wrong), len(right), _some(right)], texts
+
+
+#: The columns of the newly wrong examples' texts (an imported harness run's, when kept).
+FLIP_TEXT_HEADERS = ("example", "question", "expected", "response", "previous response")
+
+
+def _flip_texts(
+    cur: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], newly_wrong: np.ndarray
+) -> list[list[object]]:
+    """The first ``FLIP_IDS_SHOWN`` newly wrong examples as a person reads them."""
+    if "question" not in cur:
+        return []
+    rows: list[list[object]] = []
+    for i in np.flatnonzero(newly_wrong)[:FLIP_IDS_SHOWN]:
+        doc = cur["doc_id"][i] if "doc_id" in cur else ""
+        label = f"doc {doc}" if doc else str(cur["example_id"][i])[:16]
+        texts = [cur[c][i] if c in cur else "" for c in ("question", "expected", "response")]
+        rows.append([label, *texts, ref["response"][i] if "response" in ref else ""])
+    return rows
 
 
 def _some(ids: np.ndarray) -> str:
@@ -166,10 +195,13 @@ def _line_section(history: History, report: GateReport, line: pd.DataFrame, week
     if sliced:
         parts.append("<h3>Slices</h3>")
         parts.append(_slices_table(sliced))
-    flips = _flips(history, current, earlier.iloc[-1] if not earlier.empty else None)
+    flips, texts = _flips(history, current, earlier.iloc[-1] if not earlier.empty else None)
     if flips:
         parts.append("<h3>Flips against the previous week</h3>")
         parts.append(html_table(["newly wrong", "examples", "newly right", "examples"], [flips]))
+    if texts:
+        parts.append(f"<h4>Newly wrong, the first {len(texts)}</h4>")
+        parts.append(html_table(FLIP_TEXT_HEADERS, texts))
     return "".join(parts)
 
 

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from evalsentry.cli import main
@@ -117,6 +118,12 @@ class TestLmEval:
         wrong = predictions["example_id"][predictions["prediction"] == 0]
         assert len(wrong) == 18
         assert "Flips against the previous week" in html and str(wrong[0])[:12] in html
+        first = int(np.flatnonzero(predictions["prediction"] == 0)[0])
+        assert "Newly wrong, the first 8" in html
+        question, expected = predictions["question"][first], predictions["expected"][first]
+        doc = predictions["doc_id"][first]
+        assert question.startswith("What is ") and f"<td>doc {doc}</td>" in html
+        assert f"<td>{question}</td><td>{expected}</td><td>{int(expected) + 1}</td>" in html
 
 
 class TestClustered:
