@@ -12,9 +12,11 @@ They are shown, escaped, in reports and refusals; nothing is computed from them.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 #: The most characters of each text kept per example.
 TEXT_CHARS = 200
 #: The per-example text columns, in the order they are shown.
@@ -24,8 +26,11 @@ QUESTION_FIELDS = ("question", "query", "problem", "prompt", "input", "goal", "s
 
 
 def clip(value: Any) -> str:
-    """``value`` as one line of at most :data:`TEXT_CHARS` characters (``…`` where cut)."""
-    text = " ".join(str(value).split())
+    """``value`` as one line of at most :data:`TEXT_CHARS` characters (``…`` where cut).
+
+    A control character (ESC, NUL) is left as its escape: text to show, never to act on.
+    """
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", " ".join(str(value).split()))
     return text if len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1] + "…"
 
 

@@ -21,6 +21,7 @@ from evalsentry.reports.report import (
     MODEL_OR_DATA,
     VERDICT_MARK,
     comparison_rows,
+    no_mentions,
     overview,
     summary_table,
 )
@@ -95,9 +96,11 @@ _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<|~#])")
 def md_text(value: object) -> str:
     """``value`` as Markdown text that renders as written: one line, punctuation escaped.
 
-    Escaping ``<`` keeps a reason that holds ``<!--`` from hiding the rest of a comment.
+    Escaping ``<`` keeps a reason that holds ``<!--`` from hiding the rest of a comment; a
+    zero-width space after an ``@`` that starts a word keeps a value from mentioning anyone.
     """
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", re.sub(r"[\r\n\x00-\x1f\x7f]+", " ", str(value)))
+    text = _MARKDOWN_SPECIAL.sub(r"\\\1", re.sub(r"[\r\n\x00-\x1f\x7f]+", " ", str(value)))
+    return no_mentions(text)
 
 
 def md_code(value: object) -> str:

@@ -218,9 +218,21 @@ def xml_text(value: object) -> str:
 
 
 def md_cell(value: object) -> str:
-    """``value`` as one Markdown table cell: ``|`` escaped, line breaks and controls as spaces."""
+    """``value`` as one Markdown table cell: ``|`` escaped, line breaks and controls as spaces.
+
+    No ``@mention`` either (:func:`no_mentions`).
+    """
     text = re.sub(r"[\r\n\x00-\x1f\x7f]+", " ", str(value))
-    return text.replace("|", "\\|")
+    return no_mentions(text.replace("|", "\\|"))
+
+
+#: An ``@`` that GitHub would read as a mention (``@team``, not ``model@v2`` or an address).
+_MENTION = re.compile(r"(?<![\w`])@(?=[\w-])")
+
+
+def no_mentions(text: str) -> str:
+    """``text`` with a zero-width space after each ``@`` that would mention a user or team."""
+    return _MENTION.sub("@\u200b", text)
 
 
 REFERENCE_COLUMNS = {  # the summary's reference columns, in this order when present

@@ -207,6 +207,12 @@ class TestMarkdownText:
         assert text == "bad \\<!-- x \\| \\#12 \\*y\\* next"
         assert re.search(r"(?<!\\)<", text) is None  # every `<` escaped: no tag, no comment
 
+    def test_a_value_mentions_nobody(self) -> None:
+        """``@team`` in a value gets a zero-width space (no notification); ``model@v2`` and an
+        address stay as they are."""
+        assert md_text("ping @team and @org/people") == "ping @\u200bteam and @\u200borg/people"
+        assert md_text("digits@v2 a@b.c") == "digits@v2 a@b.c"
+
     def test_code_spans_hold_any_backticks(self) -> None:
         """An id with backticks is fenced by a longer run of them."""
         assert md_code("plain") == "`plain`"
