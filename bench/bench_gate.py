@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from evalsentry.config import GatePolicy
 from evalsentry.gate.week import gate_week
 from evalsentry.history.schema import EVALUATIONS_SCHEMA, METRICS_SCHEMA
 from evalsentry.history.store import History
+from evalsentry.sections import GatePolicy
 from tests.synthetic import accuracy_mask, record_week
 
 ROWS_PER_EVALUATION = 100

@@ -35,12 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from evalsentry.config import GatePolicy, Tolerance
 from evalsentry.gate.comparison import Measurement, Unit, decide, detectable_of, measure
 from evalsentry.gate.margin import margin_test
 from evalsentry.gate.multiplicity import effective_levels
 from evalsentry.gate.resolution import pass_probability
 from evalsentry.gate.verdicts import Verdict
+from evalsentry.sections import GatePolicy, Tolerance
 from tests.synthetic import simulated_pair
 
 FIVE = ["accuracy", "macro_f1", "nll", "ece", "top5_accuracy"]

@@ -8,10 +8,11 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from evalsentry.config import Config, GatePolicy
+from evalsentry.config import Config
 from evalsentry.gate import week as gate
 from evalsentry.gate.week import GateReport
 from evalsentry.history.store import History
+from evalsentry.sections import GatePolicy
 
 
 @task(name="gate-week", cache_policy=NO_CACHE)

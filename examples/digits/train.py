@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 import evalsentry
-from evalsentry.config import CostRates
+from evalsentry.sections import CostRates
 from examples.digits.model import DigitsCNN
 
 DATA = Path(__file__).parent / "data" / "train.parquet"

@@ -26,9 +26,10 @@ import torch
 from torch import nn
 
 import evalsentry
-from evalsentry.config import CostRates, load_config
+from evalsentry.config import load_config
 from evalsentry.errors import EvalsentryError, UsageError
 from evalsentry.evalsets.evalset import InputsSpec
+from evalsentry.sections import CostRates
 
 HERE = Path(__file__).resolve().parent
 ID_COLUMN = "row"

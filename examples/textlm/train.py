@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 import evalsentry
-from evalsentry.config import CostRates
+from evalsentry.sections import CostRates
 from examples.textlm.data import TOPICS, texts
 from examples.textlm.model import TinyCausalLM, encode
 

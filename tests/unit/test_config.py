@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from evalsentry.cli import main
-from evalsentry.config import Tolerance, load_config
+from evalsentry.config import load_config
 from evalsentry.errors import ConfigError
+from evalsentry.sections import Tolerance
 
 
 class TestLoad:

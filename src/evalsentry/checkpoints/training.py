@@ -20,9 +20,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evalsentry.config import CostRates, find_config, load_config
+from evalsentry.config import find_config, load_config
 from evalsentry.cost.meter import JOULES_PER_KWH, SECONDS_PER_HOUR, CostMeter, Measurement
 from evalsentry.errors import UsageError
+from evalsentry.sections import CostRates
 from evalsentry.weeks import is_aware_timestamp
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from evalsentry.config import CostRates
+from evalsentry.sections import CostRates
 
 log = logging.getLogger(__name__)
 

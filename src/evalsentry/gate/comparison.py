@@ -33,7 +33,6 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from evalsentry.config import GatePolicy, Tolerance
 from evalsentry.gate.clusters import Clusters, clustered_t, paired_clusters, t_sf
 from evalsentry.gate.margin import DEFAULT_POWER, detectable_drop, margin_p
 from evalsentry.gate.metric_base import Metric
@@ -55,6 +54,7 @@ from evalsentry.gate.stats import (
     within_tolerance,
 )
 from evalsentry.gate.verdicts import InconclusiveKind, Verdict
+from evalsentry.sections import GatePolicy, Tolerance
 
 FloatArray = NDArray[np.float64]
 Family = Literal["gate", "report"]

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from evalsentry.config import DEFAULT_ROW_SUMMARIES, DriftPolicy
 from evalsentry.errors import EvalsetError
 from evalsentry.gate.verdicts import Verdict
+from evalsentry.sections import DEFAULT_ROW_SUMMARIES, DriftPolicy
 from evalsentry.storage import filesystem
 
 if TYPE_CHECKING:

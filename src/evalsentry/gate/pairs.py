@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from evalsentry.config import GatePolicy
 from evalsentry.errors import EvalsentryError
 from evalsentry.gate.clusters import cluster_mismatch
 from evalsentry.gate.content import content_change
@@ -25,6 +24,7 @@ from evalsentry.gate.slices import OVERALL, slice_columns, slice_masks
 from evalsentry.gate.verdicts import Comparison, Reference, Verdict
 from evalsentry.history.schema import METRICS
 from evalsentry.history.store import History
+from evalsentry.sections import GatePolicy
 from evalsentry.storage import join
 
 if TYPE_CHECKING:

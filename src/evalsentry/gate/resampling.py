@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from evalsentry.config import DEFAULT_SWAPS
 from evalsentry.gate.metric_base import Metric
+from evalsentry.sections import DEFAULT_SWAPS
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]

@@ -37,7 +37,8 @@ from evalsentry.gate.slices import OVERALL
 if TYPE_CHECKING:
     import pandas as pd
 
-    from evalsentry.config import Config, GatePolicy, Tolerance
+    from evalsentry.config import Config
+    from evalsentry.sections import GatePolicy, Tolerance
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from evalsentry.config import Config, DriftPolicy, GatePolicy
+from evalsentry.config import Config
 from evalsentry.errors import UsageError, did_you_mean
 from evalsentry.gate.lineage import changes_of, diagnose, lineage_changes
 from evalsentry.gate.pairs import (
@@ -27,6 +27,7 @@ from evalsentry.gate.pairs import (
 from evalsentry.gate.verdicts import SEVERITY, Comparison, GateReport, Reference, Verdict
 from evalsentry.history.store import History
 from evalsentry.names import LEAK_METRIC, NO_EVALSET, TIMING_METRIC, WEEKLY_RUN
+from evalsentry.sections import DriftPolicy, GatePolicy
 from evalsentry.weeks import latest_week, weeks_in_order
 
 if TYPE_CHECKING:

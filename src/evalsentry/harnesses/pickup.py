@@ -32,8 +32,9 @@ from evalsentry.harnesses.run import (
 from evalsentry.names import WEEKLY_RUN
 
 if TYPE_CHECKING:
-    from evalsentry.config import Config, ImportSource
+    from evalsentry.config import Config
     from evalsentry.history.store import History
+    from evalsentry.sections import ImportSource
 
 log = logging.getLogger(__name__)
 

@@ -41,8 +41,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from evalsentry.checkpoints.registry import RegistryEntry
-    from evalsentry.config import Config, CostRates
+    from evalsentry.config import Config
     from evalsentry.history.store import History
+    from evalsentry.sections import CostRates
 
 PARTS = ("training", "evaluation", "serving", "declared")
 SHARED = "shared"

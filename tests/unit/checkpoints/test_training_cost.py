@@ -22,8 +22,8 @@ from evalsentry.checkpoints.training import (
     device_type,
     track_training,
 )
-from evalsentry.config import CostRates
 from evalsentry.cost.meter import CostMeter
+from evalsentry.sections import CostRates
 from tests.models import TRUST, TinyNet
 
 #: 100 W for half an hour is 0.05 kWh; at 0.5 kg/kWh, 0.025 kg; at 2 per hour, 1.0.

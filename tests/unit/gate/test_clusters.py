@@ -10,7 +10,6 @@ import pytest
 from numpy.typing import NDArray
 from scipy import optimize, stats
 
-from evalsentry.config import GatePolicy, Tolerance
 from evalsentry.gate.clusters import (
     Clusters,
     cluster_intervals,
@@ -23,6 +22,7 @@ from evalsentry.gate.clusters import (
 from evalsentry.gate.comparison import Measurement, Unit, decide, measure
 from evalsentry.gate.metrics import compute_metrics
 from evalsentry.gate.week import Verdict
+from evalsentry.sections import GatePolicy, Tolerance
 from tests.synthetic import CLASSES, predictions
 
 Columns = dict[str, NDArray[Any]]

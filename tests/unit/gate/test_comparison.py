@@ -10,7 +10,6 @@ import pytest
 from numpy.typing import NDArray
 from scipy import stats
 
-from evalsentry.config import GatePolicy, Tolerance
 from evalsentry.gate.comparison import (
     Measurement,
     Unit,
@@ -21,6 +20,7 @@ from evalsentry.gate.comparison import (
 )
 from evalsentry.gate.margin import margin_p
 from evalsentry.gate.week import Verdict
+from evalsentry.sections import GatePolicy, Tolerance
 from tests.synthetic import CLASSES, predictions, simulated_pair
 
 Columns = dict[str, NDArray[Any]]

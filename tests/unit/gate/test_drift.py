@@ -10,7 +10,6 @@ import pyarrow.parquet as pq
 import pytest
 from scipy.stats import chi2_contingency, false_discovery_control, ks_2samp
 
-from evalsentry.config import DriftPolicy
 from evalsentry.errors import EvalsetError
 from evalsentry.evalsets.evalset import InputsSpec, load_evalset
 from evalsentry.evalsets.freeze import freeze_evalset
@@ -27,6 +26,7 @@ from evalsentry.gate.drift import (
 )
 from evalsentry.gate.verdicts import Verdict
 from evalsentry.history.store import History
+from evalsentry.sections import DriftPolicy
 
 
 @pytest.fixture

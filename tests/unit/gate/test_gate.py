@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evalsentry.config import GatePolicy, Tolerance
 from evalsentry.gate.drift import DriftResult
 from evalsentry.gate.verdicts import brief_reason
 from evalsentry.gate.week import Comparison, GateReport, Verdict, gate_candidate, gate_week
 from evalsentry.history.store import History
+from evalsentry.sections import GatePolicy, Tolerance
 from tests.synthetic import accuracy_mask, predictions, record_week
 
 N = 1000
@@ -609,7 +609,7 @@ class TestDriftIsAVerdict:
 
     def test_the_gate_reads_the_week_s_recorded_drift(self, tmp_path: Path) -> None:
         """gate_week reports the drift rows recorded for its week; fail_run makes FAIL fail it."""
-        from evalsentry.config import DriftPolicy
+        from evalsentry.sections import DriftPolicy
 
         history = History(str(tmp_path))
         record_week(history, "2026-W40", accuracy_mask(200, 0.9, seed=0), model="m")

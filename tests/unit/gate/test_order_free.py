@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evalsentry.config import GatePolicy, Tolerance
 from evalsentry.gate.week import Comparison, gate_week
 from evalsentry.history.store import History
+from evalsentry.sections import GatePolicy, Tolerance
 from tests.synthetic import CLASSES, predictions, record_week
 
 N = 240

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from evalsentry.cli import main
-from evalsentry.config import GatePolicy, Tolerance, load_config
+from evalsentry.config import load_config
 from evalsentry.evaluation.planning import tolerance_warnings
 from evalsentry.gate.resolution import (
     ASSUMED_CHURN,
@@ -21,6 +21,7 @@ from evalsentry.gate.resolution import (
 )
 from evalsentry.gate.stats import drop_upper_bound, within_tolerance
 from evalsentry.history.store import History
+from evalsentry.sections import GatePolicy, Tolerance
 from tests.models import TRUST, TRUSTED_YAML
 
 ALPHA = 0.05

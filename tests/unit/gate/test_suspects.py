@@ -266,9 +266,9 @@ def test_multi_label_errors_are_found_and_shown_as_label_sets(tmp_path: Path) ->
 
 def test_a_verdict_without_excluded_examples_is_computed_on_the_rest(tmp_path: Path) -> None:
     """The history seen without some examples: a drop that sits on them is gone."""
-    from evalsentry.config import GatePolicy, Tolerance
     from evalsentry.gate.suspects import HistoryWithout
     from evalsentry.gate.week import gate_week
+    from evalsentry.sections import GatePolicy, Tolerance
 
     history = History(str(tmp_path / "store"))
     record_week(history, "2026-W40", np.ones(1000, bool))
@@ -310,11 +310,11 @@ def test_the_gate_prints_the_verdict_without_suspects_after_the_full_one(
 def test_every_week_s_report_has_a_section_of_the_suspects(planted: Planted) -> None:
     """The week's reports list each evalset's suspects: the same as the command finds, with the
     evalset's class names; an evalset without probabilities says why none were looked for."""
-    from evalsentry.config import GatePolicy
     from evalsentry.gate.suspects import week_suspects
     from evalsentry.gate.week import gate_week
     from evalsentry.reports.html_report import render_report
     from evalsentry.reports.weekly import weekly_markdown
+    from evalsentry.sections import GatePolicy
 
     history = planted.history
     evaluations = history.evaluations().to_dict("records")

@@ -231,8 +231,8 @@ class TestCompaction:
     def test_compaction_merges_files_and_keeps_every_row(self, store: Path) -> None:
         """After compaction each table is one file; the read views and the gate are unchanged."""
         from evalsentry.cli import main
-        from evalsentry.config import GatePolicy
         from evalsentry.gate.week import gate_week
+        from evalsentry.sections import GatePolicy
 
         history = History(str(store))
         for week in range(40, 45):
