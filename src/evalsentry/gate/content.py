@@ -23,6 +23,8 @@ HARNESS_COLUMN, TASK_COLUMN = ("harness", "harness"), ("task_hash", "task")
 #: The run's scoring settings as JSON (one value): a change is named by its setting.
 SCORING = "scoring"
 SHOWN_CHARS = 60  # of a changed setting's value, in the message
+#: The column naming the harness's task, and how many changed examples a message names.
+TASK_NAME, NAMED, QUESTION_CHARS = "task", 3, 40
 
 
 def content_change(
@@ -33,7 +35,7 @@ def content_change(
     Per-example hashes are compared on the examples both hold (paired by ``example_id``); a run
     column on its one value. Evaluations without these columns (a weekly run's) give None.
     """
-    changed = _run_change(reference, current, *HARNESS_COLUMN)
+    changed = _run_change(reference, current, *HARNESS_COLUMN) or _task_renamed(reference, current)
     if changed:
         return changed
     ids_ref, ids_cur = np.asarray(reference["example_id"]), np.asarray(current["example_id"])
@@ -42,11 +44,82 @@ def content_change(
         if column in reference and column in current and common.size:
             differ = np.asarray(reference[column])[at_ref] != np.asarray(current[column])[at_cur]
             if differ.any():
+                named = _named(current, at_cur[differ])
                 return (
-                    f"not comparable: the {word} changed ({int(differ.sum())} of {common.size} "
-                    f"examples' {column} differ)"
+                    f"not comparable: {int(differ.sum())} of {common.size} {word}s changed "
+                    f"({column} differs): {named}"
                 )
-    return _scoring_change(reference, current) or _run_change(reference, current, *TASK_COLUMN)
+    return (
+        _scoring_change(reference, current)
+        or _examples_change(reference, current, common.size)
+        or _run_change(reference, current, *TASK_COLUMN)
+    )
+
+
+def _examples_change(
+    reference: Mapping[str, NDArray[Any]], current: Mapping[str, NDArray[Any]], common: int
+) -> str | None:
+    """Which examples only one side holds, each kind counted and its first named.
+
+    Edited documents (the same doc id, other content) first, then examples gone, then new.
+
+    ``not comparable: 50 of the reference's 200 examples are not in this run (doc 150 '...',
+    ...) (a --limit, or another split?); 150 in both``.
+    """
+    ids_ref, ids_cur = np.asarray(reference["example_id"]), np.asarray(current["example_id"])
+    gone = np.flatnonzero(~np.isin(ids_ref, ids_cur))
+    new = np.flatnonzero(~np.isin(ids_cur, ids_ref))
+    if not gone.size and not new.size:
+        return None
+    parts = []
+    if "doc_id" in reference and "doc_id" in current:
+        docs_ref = np.asarray(reference["doc_id"]).astype(str)
+        docs_cur = np.asarray(current["doc_id"]).astype(str)
+        edited = np.isin(docs_cur[new], docs_ref[gone]) & (docs_cur[new] != "")
+        if edited.any():
+            count = int(edited.sum())
+            parts.append(
+                f"{count} of {ids_ref.size} documents edited ({_named(current, new[edited])})"
+            )
+            gone = gone[~np.isin(docs_ref[gone], docs_cur[new[edited]])]
+            new = new[~edited]
+    if gone.size:
+        parts.append(
+            f"{gone.size} of the reference's {ids_ref.size} examples are not in this run "
+            f"({_named(reference, gone)})"
+        )
+    if new.size:
+        parts.append(f"{new.size} {'is' if new.size == 1 else 'are'} new ({_named(current, new)})")
+    limited = " (a --limit, or another split?)" if gone.size and not new.size else ""
+    return f"not comparable: {'; '.join(parts)}{limited}; {common} in both"
+
+
+def _task_renamed(
+    reference: Mapping[str, NDArray[Any]], current: Mapping[str, NDArray[Any]]
+) -> str | None:
+    if TASK_NAME in reference and TASK_NAME in current:
+        before, after = _single(reference[TASK_NAME]), _single(current[TASK_NAME])
+        if before != after:
+            return f"not comparable: the task changed: {_short(before)} -> {_short(after)}"
+    return None
+
+
+def _named(columns: Mapping[str, NDArray[Any]], rows: NDArray[Any]) -> str:
+    """The first :data:`NAMED` of ``rows`` as a person finds them: doc id or id, and question.
+
+    ``doc 17 'What is 22 plus 11?', doc 4 '...' and 1 more``.
+    """
+    if "doc_id" in columns:  # in document order, as the harness numbered them
+        docs = np.asarray(columns["doc_id"]).astype(str)[rows]
+        rows = rows[np.lexsort((docs, np.char.str_len(docs.astype("U"))))]
+    shown = []
+    for row in rows[:NAMED].tolist():
+        doc = str(columns["doc_id"][row]) if "doc_id" in columns else ""
+        name = f"doc {doc}" if doc else _short(str(columns["example_id"][row]), 16)
+        question = str(columns["question"][row]) if "question" in columns else ""
+        shown.append(f"{name} {_short(question, QUESTION_CHARS)!r}" if question else name)
+    more = len(rows) - NAMED
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
 def _scoring_change(
@@ -83,9 +156,9 @@ def _settings(values: NDArray[Any]) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def _short(value: Any) -> str:
+def _short(value: Any, chars: int = SHOWN_CHARS) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+    return text if len(text) <= chars else text[: chars - 1] + "…"
 
 
 def _run_change(

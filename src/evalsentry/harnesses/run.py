@@ -142,6 +142,7 @@ def per_example(run: HarnessRun) -> dict[str, np.ndarray]:
     scoring = json.dumps(dict(run.scoring), sort_keys=True, default=str)
     columns["scoring"] = np.full(order.size, scoring, dtype=object)
     columns["harness"] = np.full(order.size, run.harness, dtype=object)
+    columns["task"] = np.full(order.size, run.task, dtype=object)
     return columns
 
 

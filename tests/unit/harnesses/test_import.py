@@ -85,8 +85,9 @@ class TestLmEval:
         assert import_lm(capsys, project, lm_folder(harness_logs, "prompt"), "2026-W41")[0] == 0
         code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
         assert code == 2
-        assert "ERROR" in out and "not comparable: the prompt changed (40 of 40" in out
-        assert "PASS" not in out
+        assert "ERROR" in out and "PASS" not in out
+        reason = "not comparable: 40 of 40 prompts changed (prompt_hash differs): doc "
+        assert reason in out and "'What is " in out and "and 37 more" in out
 
     def test_another_harness_version_is_refused_unless_allowed(
         self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -227,6 +228,19 @@ class TestInspect:
         assert history(project).evaluations().empty
 
 
+def gate_reason(capsys: pytest.CaptureFixture[str], project: Path, week: str) -> str:
+    """The reason of the week's one comparison (an ERROR), which `gate` prints whole."""
+    from evalsentry.config import load_config
+    from evalsentry.gate.week import gate_project_week
+
+    report = gate_project_week(history(project), week, load_config(project))
+    (comparison,) = report.comparisons
+    assert comparison.verdict == "ERROR"
+    code, out, _ = run(capsys, "gate", "--week", week, "--config", str(project))
+    assert code == 2 and " ".join(comparison.reason.split()) in " ".join(out.split())
+    return comparison.reason
+
+
 def lm_copy(logs: Path, tmp_path: Path) -> tuple[Path, Path, Path]:
     """A copy of the good lm-eval run: its folder, results file and samples file."""
     folder = tmp_path / "run"
@@ -319,6 +333,59 @@ class TestComparable:
         assert import_lm(capsys, project, str(folder), "2026-W41")[0] == 0
         code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
         assert code == 0 and "PASS" in out and "not comparable" not in out
+
+    def test_a_limited_run_names_what_it_left_out(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The first 30 documents (lm_eval --limit 30) against the full 40: counted, the first
+        left out named by doc id and question."""
+        assert import_lm(capsys, project, lm_folder(harness_logs, "good"), "2026-W40")[0] == 0
+        folder, _, samples = lm_copy(harness_logs, tmp_path)
+        lines = samples.read_text().splitlines()
+        samples.write_text("\n".join(lines[:30]) + "\n")
+        assert import_lm(capsys, project, str(folder), "2026-W41")[0] == 0
+        reason = gate_reason(capsys, project, "2026-W41")
+        first = json.loads(lines[30])
+        assert reason.startswith(
+            "not comparable: 10 of the reference's 40 examples are not in this run ("
+        )
+        assert f"doc {first['doc_id']} {first['doc']['question']!r}" in reason
+        assert reason.endswith("(a --limit, or another split?); 30 in both")
+
+    def test_an_edited_document_is_named(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """One document's question edited (its doc_hash and prompt changed with it)."""
+        assert import_lm(capsys, project, lm_folder(harness_logs, "good"), "2026-W40")[0] == 0
+        folder, _, samples = lm_copy(harness_logs, tmp_path)
+        lines = samples.read_text().splitlines()
+        row = json.loads(lines[5])
+        row["doc"]["question"] = "What is 1 plus 1?"
+        row["doc_hash"], row["prompt_hash"] = "e" * 64, "f" * 64
+        lines[5] = json.dumps(row)
+        samples.write_text("\n".join(lines) + "\n")
+        assert import_lm(capsys, project, str(folder), "2026-W41")[0] == 0
+        reason = gate_reason(capsys, project, "2026-W41")
+        assert reason == (
+            f"not comparable: 1 of 40 documents edited (doc {row['doc_id']} 'What is 1 plus 1?'); "
+            "39 in both"
+        )
+
+    def test_a_renamed_task_is_named(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The same documents under another task name, imported as one evalset: both named."""
+        args = ("--evalset", "arith")
+        assert (
+            import_lm(capsys, project, lm_folder(harness_logs, "good"), "2026-W40", *args)[0] == 0
+        )
+        folder, results, samples = lm_copy(harness_logs, tmp_path)
+        text = results.read_text().replace('"evalsentry_arith"', '"arith_v2"')
+        results.write_text(text)
+        samples.rename(samples.with_name(samples.name.replace("evalsentry_arith", "arith_v2")))
+        assert import_lm(capsys, project, str(folder), "2026-W41", *args)[0] == 0
+        reason = gate_reason(capsys, project, "2026-W41")
+        assert reason == "not comparable: the task changed: evalsentry_arith -> arith_v2"
 
     def test_fewer_inspect_epochs_are_refused_naming_them(
         self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
