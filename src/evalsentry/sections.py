@@ -92,6 +92,12 @@ class GatePolicy(BaseModel):
         description="per-evalset, per-metric tolerances (gate.evalsets.<evalset>.<metric>), "
         "before `metrics` and `default`: what one evalset can resolve is its own",
     )
+    only_unchanged: list[str] = Field(
+        default_factory=list,
+        description="imported evalsets whose comparisons pair only the examples both runs "
+        "hold unchanged (edited, added or left-out examples are left out, and a PASS reads "
+        "WARN saying how many); any other evalset refuses such a pair",
+    )
     slices: Literal["gate", "report"] = "report"
     bootstrap_resamples: int = Field(
         DEFAULT_SWAPS,

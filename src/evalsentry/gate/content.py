@@ -177,3 +177,35 @@ def _run_change(
 def _single(values: NDArray[Any]) -> str:
     distinct = sorted({str(v) for v in np.asarray(values).tolist()})
     return distinct[0] if len(distinct) == 1 else "/".join(distinct)
+
+
+def unchanged_ids(
+    reference: Mapping[str, NDArray[Any]], current: Mapping[str, NDArray[Any]]
+) -> tuple[NDArray[Any], str] | None:
+    """The example ids both runs hold with the same content, and what was left out in words.
+
+    None when the runs differ as a whole (harness, task, scoring: no subset mends that) or
+    hold no per-example content hashes (not imported runs). ``what`` reads ``10 left out: 3
+    changed, 7 not in this run``.
+    """
+    whole = (
+        _run_change(reference, current, *HARNESS_COLUMN)
+        or _task_renamed(reference, current)
+        or _scoring_change(reference, current)
+        or _run_change(reference, current, *TASK_COLUMN)
+    )
+    columns = [c for c, _ in CONTENT_COLUMNS if c in reference and c in current]
+    if whole or not columns:
+        return None
+    ids_ref, ids_cur = np.asarray(reference["example_id"]), np.asarray(current["example_id"])
+    common, at_ref, at_cur = np.intersect1d(ids_ref, ids_cur, return_indices=True)
+    same = np.ones(common.size, dtype=bool)
+    for column in columns:
+        same &= np.asarray(reference[column])[at_ref] == np.asarray(current[column])[at_cur]
+    counts = {
+        "changed": int((~same).sum()),
+        "not in this run": ids_ref.size - common.size,
+        "new": ids_cur.size - common.size,
+    }
+    left = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
+    return common[same], f"{sum(counts.values())} left out: {left}"

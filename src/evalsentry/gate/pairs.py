@@ -18,7 +18,7 @@ import numpy as np
 
 from evalsentry.errors import EvalsentryError
 from evalsentry.gate.clusters import cluster_mismatch
-from evalsentry.gate.content import content_change
+from evalsentry.gate.content import content_change, unchanged_ids
 from evalsentry.gate.metrics import metric_names
 from evalsentry.gate.slices import OVERALL, slice_columns, slice_masks
 from evalsentry.gate.verdicts import Comparison, Reference, Verdict
@@ -138,37 +138,71 @@ def _int(value: Any) -> int | None:
 
 @dataclass(frozen=True)
 class Pairs:
-    """Two evaluations' per-example columns aligned on example id, and their stored metrics."""
+    """Two evaluations' per-example columns aligned on example id, and their stored metrics.
+
+    ``left_out`` says which examples were left out when only the unchanged ones were paired
+    (``gate.only_unchanged``); None when every example was.
+    """
 
     reference: dict[str, np.ndarray]
     current: dict[str, np.ndarray]
     stored: dict[tuple[str, str, str], float]  # (evaluation id, metric, slice) -> value
+    left_out: str | None = None
 
 
-def read_pairs(history: History, current: pd.Series, reference: pd.Series) -> Pairs | str:
+def read_pairs(
+    history: History, current: pd.Series, reference: pd.Series, *, only_unchanged: bool = False
+) -> Pairs | str:
     """The aligned per-example columns of ``current`` and ``reference``, or why there are none.
 
     Returns the reason (``not comparable: ...``) when the evalset changed, predictions are
-    missing or the two hold different examples: paired tests need pairs.
+    missing or the two hold different examples: paired tests need pairs. With
+    ``only_unchanged``, two imported runs whose examples changed pair on the examples both
+    hold unchanged, saying how many were left out.
     """
+    left_out = None
+    cur_cols: dict[str, np.ndarray] | None
+    ref_cols: dict[str, np.ndarray] | None
     if reference["evalset_sha256"] != current["evalset_sha256"]:
-        return _content_change(history, current, reference) or (
+        reason = _content_change(history, current, reference) or (
             "not comparable: the evalset changed (sha256 differs)"
         )
-    cur_cols = history.predictions(current["evaluation_id"])
-    ref_cols = history.predictions(reference["evaluation_id"])
+        subset = _unchanged(history, current, reference) if only_unchanged else None
+        if subset is None:
+            return reason
+        cur_cols, ref_cols, left_out = subset
+    else:
+        cur_cols = history.predictions(current["evaluation_id"])
+        ref_cols = history.predictions(reference["evaluation_id"])
     if cur_cols is None or ref_cols is None:
         return "not comparable: predictions missing"
-    cur_cols = canonical(cur_cols)
-    aligned = align(ref_cols, cur_cols)
+    ordered = canonical(cur_cols)
+    aligned = align(ref_cols, ordered)
     if aligned is None:
         return "not comparable: different example ids"
-    mismatch = cluster_mismatch(aligned, cur_cols)
+    mismatch = cluster_mismatch(aligned, ordered)
     if mismatch:
         return mismatch
     stored = history.metrics([current["evaluation_id"], reference["evaluation_id"]])
     values = {(r.evaluation_id, r.metric, r.slice): r.value for r in stored.itertuples()}
-    return Pairs(aligned, cur_cols, values)
+    return Pairs(aligned, ordered, values, left_out)
+
+
+def _unchanged(
+    history: History, current: pd.Series, reference: pd.Series
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], str] | None:
+    """Both runs' columns cut to the examples both hold unchanged, and what was left out."""
+    cur_cols = history.predictions(current["evaluation_id"])
+    ref_cols = history.predictions(reference["evaluation_id"])
+    found = unchanged_ids(ref_cols, cur_cols) if cur_cols and ref_cols else None
+    if cur_cols is None or ref_cols is None or found is None or not found[0].size:
+        return None
+    ids, left = found
+    cut_cur = {k: v[np.isin(cur_cols["example_id"], ids)] for k, v in cur_cols.items()}
+    cut_ref = {k: v[np.isin(ref_cols["example_id"], ids)] for k, v in ref_cols.items()}
+    total = np.union1d(cur_cols["example_id"], ref_cols["example_id"]).size
+    said = f"gated on the {ids.size} of {total} examples both runs hold unchanged, {left}"
+    return cut_cur, cut_ref, f"{said} (gate.only_unchanged)"
 
 
 def _content_change(history: History, current: pd.Series, reference: pd.Series) -> str | None:
@@ -206,7 +240,8 @@ def compare(
         "reference_version": _int(reference.get("version")),
         "gating": gating,
     }
-    pairs = read_pairs(history, current, reference)
+    only_unchanged = str(current["evalset"]) in policy.only_unchanged
+    pairs = read_pairs(history, current, reference, only_unchanged=only_unchanged)
     if isinstance(pairs, str):
         return [_error(current, reference_kind, pairs, **ref_fields)]
     # Without the evalset's spec, judge every metric either side recorded: one missing is an ERROR.
@@ -235,7 +270,16 @@ def compare(
                 continue
             m, decision = decided[metric, unit.name]
             out.append(_comparison(current, reference_kind, m, decision, fields))
+    if pairs.left_out:
+        out = [_on_a_subset(c, pairs.left_out) for c in out]
     return _flag_nondeterminism(out, current, reference, pairs.current, pairs.reference)
+
+
+def _on_a_subset(comparison: Comparison, left_out: str) -> Comparison:
+    """A comparison of the unchanged examples only: says so, and is never a plain PASS."""
+    verdict = Verdict.WARN if comparison.verdict == Verdict.PASS else comparison.verdict
+    reason = f"{comparison.reason}; {left_out}" if comparison.reason else left_out
+    return replace(comparison, verdict=verdict, reason=reason)
 
 
 def _no_metric(history: History) -> str:

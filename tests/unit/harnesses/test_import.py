@@ -234,7 +234,7 @@ def gate_reason(capsys: pytest.CaptureFixture[str], project: Path, week: str) ->
     from evalsentry.gate.week import gate_project_week
 
     report = gate_project_week(history(project), week, load_config(project))
-    (comparison,) = report.comparisons
+    (comparison,) = [c for c in report.comparisons if c.reference == "previous-week"]
     assert comparison.verdict == "ERROR"
     code, out, _ = run(capsys, "gate", "--week", week, "--config", str(project))
     assert code == 2 and " ".join(comparison.reason.split()) in " ".join(out.split())
@@ -386,6 +386,35 @@ class TestComparable:
         assert import_lm(capsys, project, str(folder), "2026-W41", *args)[0] == 0
         reason = gate_reason(capsys, project, "2026-W41")
         assert reason == "not comparable: the task changed: evalsentry_arith -> arith_v2"
+
+    def test_only_unchanged_examples_are_gated_where_the_team_says_so(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """gate.only_unchanged: a limited run pairs on the 30 examples both hold, and its PASS
+        reads WARN saying how many were left out; a degraded limited run still FAILs, saying
+        so too; a changed filter is still refused (no subset mends how a run scored)."""
+        project.write_text(project.read_text() + f"gate:\n  only_unchanged: [{LM_TASK}]\n")
+        assert import_lm(capsys, project, lm_folder(harness_logs, "good"), "2026-W40")[0] == 0
+        for week, version in (("2026-W41", "same"), ("2026-W42", "worse")):
+            folder = tmp_path / version
+            shutil.copytree(lm_folder(harness_logs, version), folder)
+            samples = next(folder.rglob("samples_*.jsonl"))
+            samples.write_text("\n".join(samples.read_text().splitlines()[:30]) + "\n")
+            assert import_lm(capsys, project, str(folder), week)[0] == 0
+        said = (
+            "gated on the 30 of 40 examples both runs hold unchanged, 10 left out: 10 not in "
+            "this run (gate.only_unchanged)"
+        )
+        code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
+        assert code == 0 and "WARN" in out and said in " ".join(out.split())
+        assert "PASS" not in out.split("\n")[0]
+        code, out, _ = run(capsys, "gate", "--week", "2026-W42", "--config", str(project))
+        assert code == 1 and "FAIL" in out and "gated on the 30 of 40 examples" in out
+        folder, _, samples = lm_copy(harness_logs, tmp_path)
+        add_a_filter(samples)
+        assert import_lm(capsys, project, str(folder), "2026-W43", "--filter", "take_first")[0] == 0
+        reason = gate_reason(capsys, project, "2026-W43")
+        assert reason == "not comparable: the filter changed: none -> take_first"
 
     def test_fewer_inspect_epochs_are_refused_naming_them(
         self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
