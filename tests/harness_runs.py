@@ -1,11 +1,13 @@
 """Real runs of lm-evaluation-harness and Inspect, offline, for the import tests.
 
-``python -m tests.harness_runs lm-eval OUT NAME=SKILL[:PROMPT] ...`` runs lm-eval's own command
-line (``lm_eval run ... --log_samples``) once per model version on the task in
+``python -m tests.harness_runs lm-eval OUT NAME=SKILL[:PROMPT][@TASKS] ...`` runs lm-eval's own
+command line (``lm_eval run ... --log_samples``) once per model version on the task in
 ``tests/data/harnesses/lm_eval``, writing ``OUT/NAME``. The model is :class:`SumsLM`, registered
 here: it reads the sum in the prompt and answers right on the share ``skill`` of the questions
 (chosen by a hash of the prompt, so runs are reproducible), else one more than the sum.
-``PROMPT`` (optional) replaces the task's ``doc_to_text``: a changed prompt.
+``PROMPT`` (optional) replaces the task's ``doc_to_text``: a changed prompt. ``TASKS`` (optional)
+is ``--tasks``: by default the one task, ``evalsentry_arith``; the folder also holds a second
+task, ``evalsentry_arith_words``, and the group of both, ``evalsentry_math``.
 
 ``python -m tests.harness_runs inspect OUT NAME=SKILL[:REDUCER] ...`` runs ``inspect_ai.eval`` on
 the task in ``tests/data/harnesses/inspect`` with Inspect's ``mockllm/model`` answering the same
@@ -87,6 +89,7 @@ def run_lm_eval(out: Path, versions: list[str]) -> None:
 
     for version in versions:
         name, _, spec = version.partition("=")
+        spec, _, tasks = spec.partition("@")
         skill, _, prompt = spec.partition(":")
         task = out / f"{name}-task"
         shutil.copytree(DATA / "lm_eval", task)
@@ -96,7 +99,7 @@ def run_lm_eval(out: Path, versions: list[str]) -> None:
             yaml.write_text(text)
         os.chdir(task)  # lm-eval resolves the task's data_files from here
         sys.argv = ["lm_eval", "run", "--model", "evalsentry-sums", "--model_args",
-                    f"skill={skill}", "--tasks", "evalsentry_arith", "--include_path", str(task),
+                    f"skill={skill}", "--tasks", tasks or "evalsentry_arith", "--include_path", str(task),
                     "--output_path", str(out / name), "--log_samples"]  # fmt: skip
         cli_evaluate()
 

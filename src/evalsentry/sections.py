@@ -256,7 +256,11 @@ class ImportSource(BaseModel):
         description="a folder or glob (relative to this file) of lm-eval output folders or "
         "results_*.json files, or of Inspect logs (.eval/.json) and folders of .eval logs",
     )
-    task: str | None = Field(None, description="lm-eval: the task, when a run holds several")
+    task: str | list[str] | None = Field(
+        None,
+        description="lm-eval: the task, when a run holds several, or a list of tasks (each its "
+        "own evalset); a task group (MMLU) imports as one evalset with a slice per subtask",
+    )
     filter: str | None = Field(None, description="lm-eval: the filter, when the task logs several")
     evalset: str | None = Field(None, description="default: lm-eval.<task> or inspect.<task>")
     cluster: str | None = Field(None, description="field whose equal values group examples")

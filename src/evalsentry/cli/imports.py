@@ -48,7 +48,14 @@ AllowOption = Annotated[
 @import_app.command("lm-eval")
 def import_lm_eval(
     folder: Annotated[Path, typer.Argument(help="The run's folder (lm_eval --output_path).")],
-    task: Annotated[str | None, typer.Option(help="The task, when the run has several.")] = None,
+    task: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A task of the run, or a task group (MMLU): its subtasks as one evalset with "
+            "a slice per subtask. Repeat it for several, each its own evalset; needed when the "
+            "run has several tasks."
+        ),
+    ] = None,
     filter_name: Annotated[
         str | None, typer.Option("--filter", help="The filter, when the task logs several.")
     ] = None,
@@ -60,10 +67,13 @@ def import_lm_eval(
     config: ConfigOption = None,
 ) -> None:
     """Import a run of lm-evaluation-harness (lm_eval --log_samples), paired by doc_hash."""
-    from evalsentry.harnesses.lm_eval_logs import read_lm_eval
+    from evalsentry.errors import UsageError
+    from evalsentry.harnesses.lm_eval_groups import read_lm_eval_tasks
 
-    run = read_lm_eval(folder, task=task, filter_name=filter_name, cluster=cluster)
-    _record(run, model, evalset, week, allow_harness_change, config)
+    if evalset is not None and len(task or []) > 1:
+        raise UsageError("--evalset names one evalset: give it with one --task, or leave it out")
+    runs = read_lm_eval_tasks(folder, task or [], filter_name=filter_name, cluster=cluster)
+    _record_all(runs, model, evalset, week, allow_harness_change, config)
 
 
 @import_app.command("inspect")
@@ -79,36 +89,45 @@ def import_inspect(
     """Import an Inspect log, paired by sample id; epochs reduced as Inspect reduced them."""
     from evalsentry.harnesses.inspect_logs import read_inspect
 
-    _record(read_inspect(path, cluster=cluster), model, evalset, week, allow_harness_change, config)
+    run = read_inspect(path, cluster=cluster)
+    _record_all([run], model, evalset, week, allow_harness_change, config)
 
 
-def _record(
-    run: HarnessRun,
+def _record_all(
+    runs: list[HarnessRun],
     model: str | None,
     evalset: str | None,
     week: str | None,
     allow: bool,
     config: Path | None,
 ) -> None:
-    from evalsentry.harnesses.run import record_import
+    """Record each run as the week's result of the line: all of them, or none if any is refused."""
+    from evalsentry.harnesses.run import (
+        check_same_harness,
+        default_evalset,
+        line_name,
+        record_import,
+    )
     from evalsentry.weeks import check_begun, iso_week
 
     settings, store = ci.project(config)
-    outcome = record_import(
-        store,
-        run,
-        config=settings,
-        model=model,
-        evalset=evalset,
-        week=check_begun(week) if week else iso_week(),
-        allow_harness_change=allow,
-    )
-    row = outcome.evaluation
-    shown = ", ".join(f"{m['metric']} {m['value']:.4f}" for m in outcome.metrics if not m["slice"])
-    echo(
-        f"recorded {row['model']} v{row['version']} on {row['evalset']} in {row['week']}: "
-        f"{row['n_examples']} examples, {shown} (from {run.harness} {run.harness_version})"
-    )
+    week = check_begun(week) if week else iso_week()
+    if not allow:
+        for run in runs:
+            line = model or line_name(run.model)
+            check_same_harness(store, line, evalset or default_evalset(run), run)
+    for run in runs:
+        outcome = record_import(
+            store, run, config=settings, model=model, evalset=evalset, week=week,
+            allow_harness_change=allow,
+        )  # fmt: skip
+        row = outcome.evaluation
+        metrics = outcome.metrics
+        shown = ", ".join(f"{m['metric']} {m['value']:.4f}" for m in metrics if not m["slice"])
+        echo(
+            f"recorded {row['model']} v{row['version']} on {row['evalset']} in {row['week']}: "
+            f"{row['n_examples']} examples, {shown} (from {run.harness} {run.harness_version})"
+        )
 
 
 @import_app.command("pickup")

@@ -56,7 +56,7 @@ def read_lm_eval(
         HarnessLogInvalid: the folder, a file or a line cannot be imported (says which, and
             the fix); nothing is recorded.
     """
-    results_path = _results_file(Path(folder))
+    results_path = results_file(Path(folder))
     try:
         return _read(results_path, task, filter_name, cluster)
     except HarnessLogInvalid:
@@ -72,7 +72,7 @@ def _read(
     results_path: Path, task: str | None, filter_name: str | None, cluster: str | None
 ) -> HarnessRun:
     """:func:`read_lm_eval` of one results file (see there)."""
-    results = _json(results_path)
+    results = read_results(results_path)
     for key in _OBJECTS:
         if results.get(key) is not None and not isinstance(results[key], dict):
             kind = type(results[key]).__name__
@@ -180,7 +180,8 @@ def _lineage(
     }
 
 
-def _results_file(folder: Path) -> Path:
+def results_file(folder: Path) -> Path:
+    """The one ``results_*.json`` of ``folder`` (or ``folder`` itself when it is one)."""
     if folder.is_file() and folder.name.startswith("results_") and folder.suffix == ".json":
         return folder  # one run of a folder lm-eval wrote several into
     if not folder.is_dir():
@@ -198,7 +199,8 @@ def _results_file(folder: Path) -> Path:
     return found[0]
 
 
-def _json(path: Path) -> dict[str, Any]:
+def read_results(path: Path) -> dict[str, Any]:
+    """A results file as a JSON object, once its size is checked; one line if unreadable."""
     check_log_size(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

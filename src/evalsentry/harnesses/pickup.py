@@ -59,7 +59,8 @@ class Found:
     def describe(self) -> str:
         """``not imported sums: <source>: <reason>`` (or ``skipped ...``), one line."""
         said = "not imported" if self.action == REFUSED else self.action
-        return f"{said} {self.line}: {self.source}: {self.reason}"
+        task = f" ({self.evalset})" if self.evalset else ""
+        return f"{said} {self.line}: {self.source}{task}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -92,17 +93,19 @@ def locate(pattern: str, harness: str) -> list[str]:
     return sorted(runs)
 
 
-def read_source(source: ImportSource, path: str) -> HarnessRun:
-    """The run at ``path``, read with the line's options, as ``evalsentry import`` reads it."""
-    if source.harness == "lm-eval":
-        from evalsentry.harnesses.lm_eval_logs import read_lm_eval
+def read_source(source: ImportSource, path: str) -> list[HarnessRun]:
+    """The runs at ``path`` (one per task), read with the line's options.
 
-        return read_lm_eval(
-            path, task=source.task, filter_name=source.filter, cluster=source.cluster
-        )
+    As ``evalsentry import`` reads them.
+    """
+    if source.harness == "lm-eval":
+        from evalsentry.harnesses.lm_eval_groups import read_lm_eval_tasks
+
+        tasks = [source.task] if isinstance(source.task, str) else list(source.task or [])
+        return read_lm_eval_tasks(path, tasks, filter_name=source.filter, cluster=source.cluster)
     from evalsentry.harnesses.inspect_logs import read_inspect
 
-    return read_inspect(path, cluster=source.cluster)
+    return [read_inspect(path, cluster=source.cluster)]
 
 
 def imported_runs(history: History) -> dict[str, tuple[str, datetime | None]]:
@@ -157,18 +160,21 @@ def plan_line(
     found, new, broken = [], [], []
     for path in paths:
         try:
-            run = read_source(source, path)
+            runs = read_source(source, path)
         except EvalsentryError as exc:
             broken.append(Found(line, path, REFUSED, str(exc).removeprefix(f"{path}: ")))
             continue
-        before = known.get(run_identity(run))
-        if before is not None:
-            found.append(Found(line, path, SKIPPED, f"already in the history (line {before[0]})"))
-        else:
-            new.append(
-                Found(line, path, IMPORT, run=run, evalset=source.evalset or default_evalset(run))
-            )
-    found += _newest_only(history, line, source, new, known)
+        for run in runs:
+            evalset = source.evalset or default_evalset(run)
+            before = known.get(run_identity(run))
+            if before is not None:
+                said = f"already in the history (line {before[0]})"
+                found.append(Found(line, path, SKIPPED, said, evalset=evalset))
+            else:
+                new.append(Found(line, path, IMPORT, run=run, evalset=evalset))
+    for evalset in sorted({f.evalset or "" for f in new}):
+        same = [f for f in new if f.evalset == evalset]
+        found += _newest_only(history, line, source, same, known)
     return _superseded(line, broken, found, known) + found
 
 
@@ -256,7 +262,7 @@ def imports_markdown(
     week: str, found: Sequence[Found], imported: Sequence[Imported], verdict: str
 ) -> str:
     """The run's artifact: the verdict, then each run found and what became of it."""
-    done = {i.source: i for i in imported}
+    done: dict[tuple[str, str | None], Imported] = {(i.source, i.evalset): i for i in imported}
     lines = [
         f"# Harness results imported for {week}",
         "",
@@ -270,8 +276,8 @@ def imports_markdown(
     ]
     for f in found:
         what = (
-            f"imported: {done[f.source].describe()}"
-            if f.source in done
+            f"imported: {done[f.source, f.evalset].describe()}"
+            if (f.source, f.evalset) in done
             else f"{f.action}: {f.reason}"
         )
         lines.append(f"| {f.line} | `{f.source}` | {_cell(what)} |")  # fmt: skip

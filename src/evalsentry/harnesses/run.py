@@ -29,6 +29,7 @@ import numpy as np
 
 from evalsentry import __version__
 from evalsentry.errors import ConfigError, UsageError
+from evalsentry.gate.slices import slice_column
 from evalsentry.names import SCORE_PREFIX, WEEKLY_RUN, check_name
 from evalsentry.weeks import now_utc
 
@@ -90,6 +91,8 @@ class HarnessRun:
     notes: list[str] = field(default_factory=list)
     #: What a person reads of each row (:mod:`.example_text`): text column -> one per row.
     texts: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    #: Slices of the examples (a task group's subtask): slice name -> one value per row.
+    slices: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
 
 def task_hash(run: HarnessRun) -> str:
@@ -130,6 +133,8 @@ def per_example(run: HarnessRun) -> dict[str, np.ndarray]:
     first_row = np.unique(index, return_index=True)[1]  # every example has a row
     for name, texts in run.texts.items():
         columns[name] = np.asarray(texts, dtype=object)[first_row]
+    for name, labels in run.slices.items():
+        columns[slice_column(name)] = _one_per_example(run, name, order, index, labels)
     if run.clusters is not None:
         columns["cluster"] = _one_per_example(run, "cluster", order, index, run.clusters)
         if run.cluster_key:
@@ -236,7 +241,19 @@ def harness_outcome(
         "validation_json": json.dumps({"imported_from": run.source, "notes": run.notes}),
     }
     names = [SCORE_PREFIX + key for key in run.scores]
-    return Outcome(row, _metric_rows(row, _metric_values(columns, names, config)), columns)
+    return Outcome(row, _metric_rows(row, _unit_values(columns, names, config)), columns)
+
+
+def _unit_values(
+    columns: Mapping[str, np.ndarray], names: Sequence[str], config: Config
+) -> dict[str, Mapping[str, Any]]:
+    """Each score's mean and interval, overall and on each slice value (a group's subtask)."""
+    from evalsentry.gate.slices import OVERALL, slice_columns, slice_masks
+
+    values = {OVERALL: _metric_values(columns, names, config)}
+    for unit, mask in slice_masks(slice_columns(columns)):
+        values[unit] = _metric_values({k: v[mask] for k, v in columns.items()}, names, config)
+    return values
 
 
 def _metric_values(
@@ -254,10 +271,11 @@ def _metric_values(
     return cluster_intervals(columns, names, clusters, n_resamples=resamples)
 
 
-def _metric_rows(row: Mapping[str, Any], values: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The metric rows of the evaluation ``row``: one per score, overall."""
+def _metric_rows(
+    row: Mapping[str, Any], units: Mapping[str, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The metric rows of the evaluation ``row``: one per score and unit (overall, slices)."""
     from evalsentry.gate.metrics import get_metric
-    from evalsentry.gate.slices import OVERALL
 
     return [
         {
@@ -266,13 +284,14 @@ def _metric_rows(row: Mapping[str, Any], values: Mapping[str, Any]) -> list[dict
             "model": row["model"],
             "evalset": row["evalset"],
             "metric": name,
-            "slice": OVERALL,
+            "slice": unit,
             "value": value.value,
             "ci_low": value.ci_low,
             "ci_high": value.ci_high,
             "n": value.n,
             "higher_is_better": get_metric(name).higher_is_better,
         }
+        for unit, values in units.items()
         for name, value in values.items()
     ]
 
@@ -371,7 +390,7 @@ def record_import(
     """Record ``run`` as ``week``'s result of its model line; the outcome recorded."""
     from evalsentry.evaluation.pipeline import record
 
-    line = check_name("model", model or _model_name(run.model))
+    line = check_name("model", model or line_name(run.model))
     evalset = evalset or default_evalset(run)
     if not allow_harness_change:
         check_same_harness(history, line, evalset, run)
@@ -383,7 +402,7 @@ def record_import(
     return outcome
 
 
-def _model_name(name: str) -> str:
+def line_name(name: str) -> str:
     """A harness's model name (``mockllm/model``, ``hf``) as a model line name."""
     cleaned = "".join(c if c.isalnum() or c in "._-" else "-" for c in name).strip("-._")
     return cleaned[:100] or "model"

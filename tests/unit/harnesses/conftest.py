@@ -16,6 +16,8 @@ ROOT = Path(__file__).parents[3]
 VERSIONS = ["good=1.0", "same=1.0", "worse=0.5"]
 #: The lm-eval task again, with another prompt template.
 PROMPT_CHANGED = "prompt=1.0:Q: {{question}} A:"
+#: The group of two tasks (the sums, and the sums asked in words), run by two model versions.
+GROUPS = ["group-good=1.0@evalsentry_math", "group-worse=0.5@evalsentry_math"]
 #: The Inspect task again, each epoch answered afresh and reduced by at_least_1.
 REDUCED = "reduced=0.5:at_least_1"
 
@@ -33,7 +35,7 @@ def _run_harnesses(out: Path) -> None:
             text=True,
         )
         for harness, folder, versions in (
-            ("lm-eval", "lm", [*VERSIONS, PROMPT_CHANGED]),
+            ("lm-eval", "lm", [*VERSIONS, PROMPT_CHANGED, *GROUPS]),
             ("inspect", "inspect", [*VERSIONS, REDUCED]),
         )
     ]
