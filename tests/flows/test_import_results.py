@@ -118,3 +118,27 @@ def test_a_project_without_imports_completes_and_sends_nothing(tmp_path: Path) -
         week="2026-W40", models=["chat"], config_path=str(config), return_state=True
     )
     assert asked.is_failed() and asked.message.startswith("2026-W40: ERROR nothing to import")
+
+
+def test_a_flow_imported_from_python_gets_the_command_lines_settings() -> None:
+    """Importing a flow in a bare Python process (no PREFECT_API_URL) turns Prefect's telemetry
+    off and gives its temporary server time to start, as `evalsentry run` does, as Prefect
+    itself reads its settings (without the flows: True, 20)."""
+    import os
+    import subprocess
+    import sys
+
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    bare.pop("DO_NOT_TRACK", None)
+    code = (
+        "import evalsentry.flows.import_results\n"
+        "from prefect.settings import get_current_settings\n"
+        "s = get_current_settings()\n"
+        "print(s.server.analytics_enabled, s.server.ephemeral.startup_timeout_seconds)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=bare, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "120"]

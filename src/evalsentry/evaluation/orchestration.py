@@ -27,6 +27,23 @@ EPHEMERAL_STARTUP_S = "120"
 TELEMETRY_OFF = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
 
 
+def local_server_defaults() -> bool:
+    """Without PREFECT_API_URL, give Prefect's temporary server time to start and no telemetry.
+
+    Each is set unless already set. ``evalsentry run`` and ``demo`` call this, and so does the
+    flows package when imported: a flow called from Python gets the same settings.
+
+    Returns:
+        Whether Prefect will start a temporary server (no PREFECT_API_URL).
+    """
+    if os.environ.get(API_URL_ENV):
+        return False
+    os.environ.setdefault(EPHEMERAL_STARTUP_ENV, EPHEMERAL_STARTUP_S)
+    for name, value in TELEMETRY_OFF.items():
+        os.environ.setdefault(name, value)
+    return True
+
+
 def ensure_prefect_api() -> bool:
     """Fail fast, with a clear message, when PREFECT_API_URL points at nothing.
 
@@ -37,12 +54,9 @@ def ensure_prefect_api() -> bool:
         True when Prefect will start a temporary server (``evalsentry.flows.temporary_server`` ties it to
         this process), False when PREFECT_API_URL answers.
     """
-    url = os.environ.get(API_URL_ENV)
-    if not url:
-        os.environ.setdefault(EPHEMERAL_STARTUP_ENV, EPHEMERAL_STARTUP_S)
-        for name, value in TELEMETRY_OFF.items():
-            os.environ.setdefault(name, value)
+    if local_server_defaults():
         return True
+    url = os.environ[API_URL_ENV]
     parsed = urlparse(url)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:

@@ -65,6 +65,22 @@ def test_temporary_prefect_server_gets_time_to_start(monkeypatch: pytest.MonkeyP
     assert int(os.environ[EPHEMERAL_STARTUP_ENV]) >= 60
 
 
+def test_prefect_settings_a_team_set_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Telemetry is turned off only where nobody chose; with PREFECT_API_URL nothing is set."""
+    from evalsentry.evaluation.orchestration import TELEMETRY_OFF, local_server_defaults
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "true")
+    monkeypatch.setenv("DO_NOT_TRACK", "")
+    monkeypatch.delenv("DO_NOT_TRACK")
+    assert local_server_defaults() is True
+    assert os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] == "true"
+    assert os.environ["DO_NOT_TRACK"] == TELEMETRY_OFF["DO_NOT_TRACK"]
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:1/api")
+    monkeypatch.delenv("DO_NOT_TRACK")
+    assert local_server_defaults() is False and "DO_NOT_TRACK" not in os.environ
+
+
 def test_run_with_nothing_to_evaluate_exits_2_before_starting_prefect(
     tmp_path: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
