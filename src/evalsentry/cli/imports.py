@@ -126,8 +126,19 @@ def _record_all(
         shown = ", ".join(f"{m['metric']} {m['value']:.4f}" for m in metrics if not m["slice"])
         echo(
             f"recorded {row['model']} v{row['version']} on {row['evalset']} in {row['week']}: "
-            f"{row['n_examples']} examples, {shown} (from {run.harness} {run.harness_version})"
+            f"{row['n_examples']} examples, {shown} (from {run.harness} {run.harness_version}"
+            f"{_absent(run)})"
         )
+
+
+def _absent(run: HarnessRun) -> str:
+    """``; no tokens or cost in its log``: what the bill will lack, said once at import."""
+    missing = [
+        name
+        for name, value in (("tokens", run.input_tokens), ("cost", run.money))
+        if value is None
+    ]
+    return f"; no {' or '.join(missing)} in its log" if missing else ""
 
 
 @import_app.command("pickup")

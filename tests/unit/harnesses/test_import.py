@@ -51,6 +51,7 @@ class TestLmEval:
             code, out, err = import_lm(capsys, project, lm_folder(harness_logs, version), week)
             assert code == 0, err
             assert f"on {LM_TASK} in {week}: 40 examples, score:acc 1.0000" in out
+            assert "(from lm-eval 0.4.13; no tokens or cost in its log)" in out
         code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
         assert code == 0 and "PASS" in out and "FAIL" not in out
         code, out, _ = import_lm(capsys, project, lm_folder(harness_logs, "worse"), "2026-W42")
@@ -176,6 +177,7 @@ class TestInspect:
             )
             assert code == 0, err
             assert "30 examples, score:match 1.0000" in out
+            assert out.rstrip().endswith("(from inspect 0.3.285)")  # tokens and cost logged
         code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
         assert code == 0 and "PASS" in out
         assert (
