@@ -134,9 +134,7 @@ def _record_all(
 def _absent(run: HarnessRun) -> str:
     """``; no tokens or cost in its log``: what the bill will lack, said once at import."""
     missing = [
-        name
-        for name, value in (("tokens", run.input_tokens), ("cost", run.money))
-        if value is None
+        name for name, value in (("tokens", run.input_tokens), ("cost", run.money)) if value is None
     ]
     return f"; no {' or '.join(missing)} in its log" if missing else ""
 

@@ -40,6 +40,18 @@ def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
     Raises:
         HarnessLogInvalid: the log cannot be imported (says what, and the fix).
     """
+    try:
+        return _read(path, cluster)
+    except HarnessLogInvalid:
+        raise
+    except (ValueError, TypeError, AttributeError, KeyError, OverflowError, RecursionError) as exc:
+        # A shape no check foresaw: still one line naming the log, never a traceback.
+        why = f"unreadable ({type(exc).__name__}: {str(exc)[:200]})"
+        raise HarnessLogInvalid(path, "", why, _FIX) from None
+
+
+def _read(path: str, cluster: str | None) -> HarnessRun:
+    """:func:`read_inspect` (see there)."""
     check_log_size(path)
     log = _log(path)
     ids, prompts, targets, clusters, scores = _samples(path, log, cluster)

@@ -24,6 +24,7 @@ from evalsentry.harnesses.run import HarnessLogInvalid, HarnessRun
 #: The slice a group's examples carry: which of its subtasks each came from.
 SUBTASK_SLICE = "task"
 _FIX = "import its subtasks one by one (--task NAME, once per subtask)"
+_FIX_RERUN = "re-run `lm_eval ... --log_samples --output_path DIR` and import that folder"
 
 
 def read_lm_eval_tasks(
@@ -41,6 +42,19 @@ def read_lm_eval_tasks(
     if not tasks:
         return [read_lm_eval(folder, filter_name=filter_name, cluster=cluster)]
     path = results_file(Path(folder))
+    try:
+        return _read_tasks(path, tasks, filter_name, cluster)
+    except HarnessLogInvalid:
+        raise
+    except (ValueError, TypeError, AttributeError, KeyError, OverflowError, RecursionError) as exc:
+        why = f"unreadable ({type(exc).__name__}: {str(exc)[:200]})"
+        raise HarnessLogInvalid(path, "", why, _FIX_RERUN) from None
+
+
+def _read_tasks(
+    path: Path, tasks: Sequence[str], filter_name: str | None, cluster: str | None
+) -> list[HarnessRun]:
+    """:func:`read_lm_eval_tasks` of one results file (see there)."""
     results = read_results(path)
     groups = results.get("group_subtasks")
     groups = groups if isinstance(groups, Mapping) else {}

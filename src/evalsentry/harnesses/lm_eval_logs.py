@@ -176,7 +176,7 @@ def _lineage(
         "task_hashes": results.get("task_hashes"),
         "n_shot": (results.get("n-shot") or {}).get(task),
         "transformers_version": results.get("transformers_version"),
-        "git_hash": results.get("git_hash"),
+        "git_hash": str(results.get("git_hash") or "").strip() or None,
     }
 
 

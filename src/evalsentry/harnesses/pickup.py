@@ -164,6 +164,10 @@ def plan_line(
         except EvalsentryError as exc:
             broken.append(Found(line, path, REFUSED, str(exc).removeprefix(f"{path}: ")))
             continue
+        except Exception as exc:  # noqa: BLE001 - one unreadable run never stops the pick-up
+            why = f"unreadable ({type(exc).__name__}: {str(exc)[:200]}); nothing was recorded"
+            broken.append(Found(line, path, REFUSED, why))
+            continue
         for run in runs:
             evalset = source.evalset or default_evalset(run)
             before = known.get(run_identity(run))

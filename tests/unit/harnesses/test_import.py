@@ -276,14 +276,23 @@ def add_a_filter(samples: Path) -> str:
 class TestComparable:
     """Two runs pair exactly when the model saw the same thing, scored the same way."""
 
+    @pytest.mark.parametrize("prompt", ["same", "few-shot"])
     def test_a_document_the_task_holds_twice_counts_twice(
-        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+        self,
+        harness_logs: Path,
+        project: Path,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+        prompt: str,
     ) -> None:
         """A duplicate document (another doc id, the same content), as MMLU has: 41 examples
-        as lm-eval counts them, its mean lm-eval's; the next week pairs occurrence by occurrence."""
+        as lm-eval counts them, its mean lm-eval's; the next week pairs occurrence by occurrence.
+        Few-shot, the copy is shown other examples first (another prompt): it imports too."""
         folder, _, samples = lm_copy(harness_logs, tmp_path)
         lines = samples.read_text().splitlines()
         copy = {**json.loads(lines[0]), "doc_id": len(lines)}
+        if prompt == "few-shot":
+            copy["prompt_hash"] = "0" * 64
         samples.write_text("\n".join([*lines, json.dumps(copy)]) + "\n")
         scores = [float(json.loads(line)["acc"]) for line in [*lines, json.dumps(copy)]]
         code, out, err = import_lm(capsys, project, str(folder), "2026-W40")
@@ -482,6 +491,19 @@ class TestBadInput:
         assert err.count("\n") == 1 and f"{samples}: {field}: " in err and words in err
         assert "nothing was recorded" in err
         assert history(project).evaluations().empty
+
+    def test_a_git_hash_is_recorded_without_its_newline(
+        self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """lm-eval's git_hash as `git rev-parse` printed it, newline and all: recorded bare."""
+        folder, results, _ = lm_copy(harness_logs, tmp_path)
+        document = json.loads(results.read_text())
+        document["git_hash"] = "4f2c1e9\n"
+        results.write_text(json.dumps(document))
+        assert import_lm(capsys, project, str(folder), "2026-W40")[0] == 0
+        row = history(project).evaluations().iloc[0]
+        assert row["git_sha"] == "4f2c1e9"
+        assert json.loads(row["config_json"])["git_hash"] == "4f2c1e9"
 
     def test_a_sample_logged_twice_is_refused_not_averaged(
         self, harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
