@@ -12,6 +12,7 @@ from evalsentry.config import Config
 from evalsentry.harnesses import pickup
 from evalsentry.harnesses.pickup import Found, Imported
 from evalsentry.history.store import History
+from evalsentry.reports.imports import imports_markdown
 from evalsentry.tasks import unless_usage_error
 
 ARTIFACT_KEY = "import-results"
@@ -42,7 +43,7 @@ def publish_imports(
 ) -> None:
     """The runs found and what became of each, as the run's markdown artifact."""
     create_markdown_artifact(
-        pickup.imports_markdown(week, found, imported, verdict),
+        imports_markdown(week, found, imported, verdict),
         key=ARTIFACT_KEY,
         description=f"harness runs imported for {week}",
     )

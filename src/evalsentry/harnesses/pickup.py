@@ -262,36 +262,6 @@ def import_found(history: History, found: Found, config: Config, week: str) -> I
     )
 
 
-def imports_markdown(
-    week: str, found: Sequence[Found], imported: Sequence[Imported], verdict: str
-) -> str:
-    """The run's artifact: the verdict, then each run found and what became of it."""
-    done: dict[tuple[str, str | None], Imported] = {(i.source, i.evalset): i for i in imported}
-    lines = [
-        f"# Harness results imported for {week}",
-        "",
-        f"**{verdict}**",
-        "",
-        f"{len(imported)} imported, {sum(f.action == SKIPPED for f in found)} skipped, "
-        f"{sum(f.action == REFUSED for f in found)} refused.",
-        "",
-        "| model line | run | what happened |",
-        "|---|---|---|",
-    ]
-    for f in found:
-        what = (
-            f"imported: {done[f.source, f.evalset].describe()}"
-            if (f.source, f.evalset) in done
-            else f"{f.action}: {f.reason}"
-        )
-        lines.append(f"| {f.line} | `{f.source}` | {_cell(what)} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def _end(run: HarnessRun | None) -> datetime:
     """When the run finished (timezone-aware); the earliest time when it did not say."""
     end = run.finished_at if run is not None else None
