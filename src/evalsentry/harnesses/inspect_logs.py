@@ -19,7 +19,12 @@ from typing import Any, NoReturn
 
 from evalsentry.harnesses.example_text import TEXT_COLUMNS, inspect_texts
 from evalsentry.harnesses.limits import check_log_size
-from evalsentry.harnesses.run import HarnessLogInvalid, HarnessRun, content_hash
+from evalsentry.harnesses.run import (
+    HarnessLogInvalid,
+    HarnessRun,
+    content_hash,
+    unforeseen_as_one_line,
+)
 
 HARNESS = "inspect"
 #: The log format versions this reader knows (``version`` of an Inspect log).
@@ -40,14 +45,8 @@ def read_inspect(path: str, *, cluster: str | None = None) -> HarnessRun:
     Raises:
         HarnessLogInvalid: the log cannot be imported (says what, and the fix).
     """
-    try:
+    with unforeseen_as_one_line(path, _FIX):
         return _read(path, cluster)
-    except HarnessLogInvalid:
-        raise
-    except (ValueError, TypeError, AttributeError, KeyError, OverflowError, RecursionError) as exc:
-        # A shape no check foresaw: still one line naming the log, never a traceback.
-        why = f"unreadable ({type(exc).__name__}: {str(exc)[:200]})"
-        raise HarnessLogInvalid(path, "", why, _FIX) from None
 
 
 def _read(path: str, cluster: str | None) -> HarnessRun:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from evalsentry.harnesses.lm_eval_logs import read_lm_eval, read_results, results_file
-from evalsentry.harnesses.run import HarnessLogInvalid, HarnessRun
+from evalsentry.harnesses.run import HarnessLogInvalid, HarnessRun, unforeseen_as_one_line
 
 #: The slice a group's examples carry: which of its subtasks each came from.
 SUBTASK_SLICE = "task"
@@ -42,13 +42,8 @@ def read_lm_eval_tasks(
     if not tasks:
         return [read_lm_eval(folder, filter_name=filter_name, cluster=cluster)]
     path = results_file(Path(folder))
-    try:
+    with unforeseen_as_one_line(path, _FIX_RERUN):
         return _read_tasks(path, tasks, filter_name, cluster)
-    except HarnessLogInvalid:
-        raise
-    except (ValueError, TypeError, AttributeError, KeyError, OverflowError, RecursionError) as exc:
-        why = f"unreadable ({type(exc).__name__}: {str(exc)[:200]})"
-        raise HarnessLogInvalid(path, "", why, _FIX_RERUN) from None
 
 
 def _read_tasks(

@@ -22,7 +22,7 @@ from typing import Any
 
 from evalsentry.harnesses.example_text import TEXT_COLUMNS, lm_eval_texts
 from evalsentry.harnesses.limits import check_log_size
-from evalsentry.harnesses.run import HarnessLogInvalid, HarnessRun
+from evalsentry.harnesses.run import HarnessLogInvalid, HarnessRun, unforeseen_as_one_line
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +57,8 @@ def read_lm_eval(
             the fix); nothing is recorded.
     """
     results_path = results_file(Path(folder))
-    try:
+    with unforeseen_as_one_line(results_path, _FIX_RERUN):
         return _read(results_path, task, filter_name, cluster)
-    except HarnessLogInvalid:
-        raise
-    except (ValueError, TypeError, AttributeError, KeyError, OverflowError, RecursionError) as exc:
-        # A shape no check above foresaw: still one line naming the run, never a traceback.
-        raise HarnessLogInvalid(
-            results_path, "", f"unreadable ({type(exc).__name__}: {str(exc)[:200]})", _FIX_RERUN
-        ) from None
 
 
 def _read(

@@ -20,7 +20,8 @@ import logging
 import math
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,22 @@ class HarnessLogInvalid(ConfigError):
 
     def __init__(self, path: object, field: str, problem: str, fix: str) -> None:
         super().__init__(path, field, f"{problem}; {fix}; nothing was recorded")
+
+
+@contextmanager
+def unforeseen_as_one_line(path: object, fix: str) -> Iterator[None]:
+    """Inside, a log of a shape no check foresaw is one line naming it, never a traceback.
+
+    Raises:
+        HarnessLogInvalid: for the reading errors such a shape raises (its type and words).
+    """
+    try:
+        yield
+    except HarnessLogInvalid:
+        raise
+    except (ValueError, TypeError, AttributeError, KeyError, OverflowError, RecursionError) as exc:
+        why = f"unreadable ({type(exc).__name__}: {str(exc)[:200]})"
+        raise HarnessLogInvalid(path, "", why, fix) from None
 
 
 @dataclass(frozen=True)
