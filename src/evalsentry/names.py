@@ -37,6 +37,8 @@ SCORE_PREFIX: Final = "score:"
 #: The ``evalset`` of a history row about a whole model line that ran on no evalset (one bound
 #: to none while the project has several): recorded, so the week's ERROR is in the history.
 NO_EVALSET: Final = "*"
+#: The harnesses whose runs evalsentry imports; an imported evaluation's ``device`` is its name.
+HARNESSES = ("lm-eval", "inspect")
 #: The predictions column of each example's probability of every class (one list per example):
 #: classification evalsets of few enough classes, and multi-label ones (each label's chance).
 PROBABILITIES: Final = "probabilities"

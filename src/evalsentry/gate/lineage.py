@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from evalsentry.history.store import History
 
 SHORT = 8  # characters of a hash shown
+#: Keys of an imported run's config that name the run itself, drawn afresh each run: not a
+#: change of configuration.
+RUN_IDENTITIES = frozenset({"import_id", "run_id", "task_id"})
 
 
 def _differences(
@@ -229,7 +232,7 @@ def diagnose(
             (data if f.suspects.hits else cleared).append(f"{f.line}: {said}")
         if f.where is not None:
             places = f.where.places
-            spread = "the flips spread over the classes as chance would"
+            spread = "the flips spread as chance would"
             where.append(f"{f.line}: {f'flips concentrate in {places}' if places else spread}")
         leak = _leak_of(f, comparisons)
         if leak is not None:
@@ -270,7 +273,11 @@ def _config_change(before: Any, after: Any) -> str | None:
         return None
     if not isinstance(old, dict) or not isinstance(new, dict):
         return "changed"
-    keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    keys = sorted(
+        k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in RUN_IDENTITIES
+    )
+    if not keys:
+        return None
     shown = [f"{k} {_value(old.get(k))} -> {_value(new.get(k))}" for k in keys[:4]]
     return ", ".join(shown) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from evalsentry.config import Config
 from evalsentry.errors import UsageError, did_you_mean
@@ -26,7 +26,7 @@ from evalsentry.gate.pairs import (
 )
 from evalsentry.gate.verdicts import SEVERITY, Comparison, GateReport, Reference, Verdict
 from evalsentry.history.store import History
-from evalsentry.names import LEAK_METRIC, NO_EVALSET, TIMING_METRIC, WEEKLY_RUN
+from evalsentry.names import HARNESSES, LEAK_METRIC, NO_EVALSET, TIMING_METRIC, WEEKLY_RUN
 from evalsentry.sections import DriftPolicy, GatePolicy
 from evalsentry.weeks import latest_week, weeks_in_order
 
@@ -187,13 +187,13 @@ def missing_lines(
     )
     retired = _retired({model for model, _, _ in gone}, registry_url)
     on = {evalset: f" on {evalset}" if evalset != NO_EVALSET else "" for _, evalset, _ in gone}
+    harness = dict(zip(reference["model"], reference["device"], strict=True))
     return [
         replace(
             Comparison.not_evaluated(
                 week,
-                f"MISSING: no result in {week} (last: {earlier[-1]}{on[evalset]}); run it "
-                f"(evalsentry run --week {week} --model {model}), or archive the line's "
-                "versions if it was retired",
+                f"MISSING: no result in {week} (last: {earlier[-1]}{on[evalset]}); "
+                f"{_how_to_add(model, week, harness.get(model))}",
                 model=model,
                 evalset=evalset,
             ),
@@ -202,6 +202,20 @@ def missing_lines(
         for model, evalset, version in gone
         if model not in retired
     ]
+
+
+def _how_to_add(model: str, week: str, device: Any) -> str:
+    """How a missing line's result is added (run it, or import its harness run), or retired."""
+    if device in HARNESSES:  # an imported line's device is its harness
+        return (
+            f"import its run (evalsentry import {device} ... --model {model} --week {week}, "
+            f"or evalsentry import pickup --week {week}), or remove it from imports: if it was "
+            "retired"
+        )
+    return (
+        f"run it (evalsentry run --week {week} --model {model}), or archive the line's "
+        "versions if it was retired"
+    )
 
 
 def _retired(models: Collection[str], registry_url: str | None) -> set[str]:

@@ -688,7 +688,7 @@ class TestWhatChanged:
         assert details[len(report.problems)] == f"diagnosis: {report.diagnosis}"
         assert report.diagnosis == (
             "likely data: m@v2 on toy: training data changed (a1a1a1a1 -> b2b2b2b2). "
-            "Where: m@v2 on toy: the flips spread over the classes as chance would."
+            "Where: m@v2 on toy: the flips spread as chance would."
         )
         text = summary(report)["text"].splitlines()
         assert text[1] == f"diagnosis: {report.diagnosis}"  # the alert's second line
@@ -702,7 +702,7 @@ class TestWhatChanged:
         report = gate_week(history, "2026-W41", POLICY)
         assert report.diagnosis == (
             "no data cause found. Checked, nothing found: m@v2 on toy: the training data is "
-            "the same. Where: m@v2 on toy: the flips spread over the classes as chance would. "
+            "the same. Where: m@v2 on toy: the flips spread as chance would. "
             "Also changed: code."
         )
         passing = gate_week(history, "2026-W40", POLICY)

@@ -243,6 +243,23 @@ def gate_reason(capsys: pytest.CaptureFixture[str], project: Path, week: str) ->
     return comparison.reason
 
 
+def test_an_imported_line_missing_a_week_is_told_to_import_it(
+    harness_logs: Path, project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two imported lines, one without a result this week: MISSING, with the import to run."""
+    assert import_inspect(capsys, project, inspect_log(harness_logs, "good"), "2026-W40")[0] == 0
+    args = ("--model", "other")
+    assert run(capsys, "import", "lm-eval", lm_folder(harness_logs, "good"), *args, "--week", "2026-W40", "--config", str(project))[0] == 0  # fmt: skip
+    assert run(capsys, "import", "lm-eval", lm_folder(harness_logs, "same"), *args, "--week", "2026-W41", "--config", str(project))[0] == 0  # fmt: skip
+    code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
+    assert code == 2 and "MISSING: no result in 2026-W41" in out
+    said = (
+        "import its run (evalsentry import inspect ... --model sums --week 2026-W41, or "
+        "evalsentry import pickup --week 2026-W41), or remove it from imports: if it was retired"
+    )
+    assert said in " ".join(out.split())
+
+
 def lm_copy(logs: Path, tmp_path: Path) -> tuple[Path, Path, Path]:
     """A copy of the good lm-eval run: its folder, results file and samples file."""
     folder = tmp_path / "run"
