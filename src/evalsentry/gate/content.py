@@ -25,6 +25,8 @@ SCORING = "scoring"
 SHOWN_CHARS = 60  # of a changed setting's value, in the message
 #: The column naming the harness's task, and how many changed examples a message names.
 TASK_NAME, NAMED, QUESTION_CHARS = "task", 3, 40
+#: A task group's subtask column (an imported lm-eval group: ``harnesses.lm_eval_groups``).
+GROUP_TASK = "slice:task"
 
 
 def content_change(
@@ -116,6 +118,8 @@ def _named(columns: Mapping[str, NDArray[Any]], rows: NDArray[Any]) -> str:
     for row in rows[:NAMED].tolist():
         doc = str(columns["doc_id"][row]) if "doc_id" in columns else ""
         name = f"doc {doc}" if doc else _short(str(columns["example_id"][row]), 16)
+        if GROUP_TASK in columns:  # a task group's example: which subtask's document
+            name = f"{columns[GROUP_TASK][row]} {name}"
         question = str(columns["question"][row]) if "question" in columns else ""
         shown.append(f"{name} {_short(question, QUESTION_CHARS)!r}" if question else name)
     more = len(rows) - NAMED

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -39,6 +40,10 @@ def test_a_group_is_one_evalset_gated_with_its_subtasks_as_slices(
     assert all(f"score:acc [task={task}]" in out for task in TASKS)
     metrics = history(project).metrics(history(project).evaluations()["evaluation_id"])
     assert {f"task={task}" for task in TASKS} <= set(metrics["slice"])
+    page = project.parent / "report.html"
+    code, _, err = run(capsys, "report", "--week", "2026-W41", "--out", str(page), "--config", str(project))  # fmt: skip
+    assert code == 0, err
+    assert re.search(r"<td>evalsentry_arith(_words)? doc \d+</td><td>What is ", page.read_text())
 
 
 def test_several_tasks_are_one_evalset_each(
