@@ -61,6 +61,16 @@ def test_a_variant_is_built_from_its_parent_listed_under_it_and_evaluated(
     out = capsys.readouterr().out
     assert code == 0, out
     assert re.search(r"toy@v2 +toy +accuracy +production \(2026-W40\)", out), out
+    # One row weighs quality and cost: on 300 examples the evalset cannot show the int8
+    # variant within the 1-point margin, so the cost is not weighed (and says what it measured).
+    weighed = re.search(
+        r"INCONCLUSIVE \(report only\) +toy@v2 +toy +microseconds_per_example +production .* "
+        r"toy@v2 \(dynamic-int8 of v1\): quality not shown to hold \(accuracy -0\.33 pts, "
+        r"margin 1\.00 pts\); cost not weighed: \d+\.\d\dx the time per example \(median of "
+        r"\d+ paired rounds",
+        out,
+    )
+    assert weighed, out
     evaluations = History(str(project / "store")).evaluations(include_superseded=True)
     row = evaluations[evaluations["version"] == 2].iloc[-1]
     assert row["status"] == "ok" and row["checkpoint_sha256"] == variant.sha256

@@ -203,6 +203,8 @@ def evaluate_candidate(
     outcomes, validations, comparisons = _evaluate_each(
         checkpoint, model, names, settings, steps, run_id, week, device
     )
+    target = _candidate_target(model, Path(checkpoint), settings.registry_url)
+    comparisons += _serving(target, outcomes, comparisons, settings, steps, device)
     report = GateReport(week, comparisons, strict or settings.gate.strict)
     report = explain_candidate(history, report)  # what changed, model or data? (FAILs only)
     steps.record_verdicts([c.row(run_id, now_utc()) for c in report.comparisons if c.recorded])
@@ -259,3 +261,44 @@ def _evaluate_each(
     finally:
         meter.close()
     return outcomes, validations, comparisons
+
+
+def _serving(
+    target: Target,
+    outcomes: Sequence[Outcome],
+    comparisons: Sequence[Comparison],
+    settings: Config,
+    steps: CandidateSteps,
+    device: str,
+) -> list[Comparison]:
+    """A serving variant's one verdict on quality and cost (:mod:`.serving`); [] for others.
+
+    Timed against the version it is a variant of on the first evalset; a timing that could not
+    run is a WARN saying so (the cost was not weighed), never silence.
+    """
+    from evalsentry.checkpoints.registry import Registry
+    from evalsentry.evaluation.isolation import failure_reason
+    from evalsentry.evaluation.pipeline import Target
+    from evalsentry.evaluation.serving import parent_version, time_variant, weigh
+    from evalsentry.evaluation.timing import serving_bill
+    from evalsentry.gate.pairs import owner
+    from evalsentry.gate.verdicts import Comparison, Reference, Verdict
+    from evalsentry.names import TIMING_METRIC
+
+    version = parent_version(target)
+    if version is None or not outcomes or settings.registry_url is None:
+        return []
+    row = outcomes[0].evaluation
+    transform = (target.pinned_model or {}).get("transform") or "variant"
+    label = f"{target.label} ({transform} of v{version})"
+    whose = {**owner(row), "reference_version": version}
+    try:
+        parent = Target.from_entry(Registry(settings.registry_url).show(target.model, version))
+        evalset = steps.load(str(row["evalset"]), settings.evalsets_dir)
+        timing = time_variant(target, parent, evalset, settings, device)
+    except Exception as exc:  # noqa: BLE001 - whatever failed, the row says cost was not weighed
+        reason = f"{label}: cost not weighed: paired timing against v{version} could not run: {failure_reason(exc, 'timing')}"  # fmt: skip
+        return [Comparison(**whose, reference=Reference.PRODUCTION, metric=TIMING_METRIC, verdict=Verdict.WARN, reason=reason, gating=False)]  # fmt: skip
+    quality = [c for c in comparisons if c.evaluation_id == row["evaluation_id"]]
+    bill = serving_bill(settings, target.model, timing.device)
+    return [weigh(label, quality, timing, owner(row), {"reference_version": version}, bill)]

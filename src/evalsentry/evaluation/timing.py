@@ -198,9 +198,9 @@ def check_slowdowns(
         try:
             answer = time_isolated(
                 current.uri,
-                _load_arguments(current, config),
+                load_arguments_of(current, config),
                 reference.uri,
-                _load_arguments(reference, config),
+                load_arguments_of(reference, config),
                 evalsets[row["evalset"]],
                 device=device,
                 timeout_s=config.inference_timeout_s,
@@ -218,7 +218,7 @@ def check_slowdowns(
                 pair,
                 answer.result,
                 config.cost.slowdown_warn,
-                serving=_serving_bill(config, row["model"], answer.result.device),
+                serving=serving_bill(config, row["model"], answer.result.device),
             )
         )
     return found
@@ -247,7 +247,7 @@ class ServingBill:
         return f"at {self.requests_per_day:,.0f} requests/day: {before} -> {now}/month"
 
 
-def _serving_bill(config: Config, model: str, device: str) -> ServingBill | None:
+def serving_bill(config: Config, model: str, device: str) -> ServingBill | None:
     """The line's serving bill on ``device`` (``cuda:0`` is priced as ``cuda``); None without traffic."""
     traffic = config.traffic.get(model)
     price = config.cost.per_device_hour.get(device.split(":", maxsplit=1)[0])
@@ -256,7 +256,7 @@ def _serving_bill(config: Config, model: str, device: str) -> ServingBill | None
     return ServingBill(traffic.requests_per_day, price, config.cost.currency)
 
 
-def _load_arguments(target: Target, config: Config) -> dict[str, Any]:
+def load_arguments_of(target: Target, config: Config) -> dict[str, Any]:
     """What the child may load ``target`` with: the trust, and the hash and factory pinned."""
     from evalsentry.evaluation.isolation import load_arguments
 

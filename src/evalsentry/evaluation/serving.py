@@ -1,0 +1,125 @@
+"""One verdict for quality and cost: is a serving variant as good, and is it cheaper.
+
+``evalsentry evaluate --version N`` of a serving variant (``register --variant-of``) gates its
+quality as for any candidate, then times it against the version it is a variant of, paired in
+one process (:mod:`evalsentry.evaluation.timing`'s ABBA rounds), and weighs both in one row of
+the report (metric ``microseconds_per_example``, never gating on its own):
+
+- ``CHEAPER``: every gating quality comparison held (PASS or WARN) and the variant took less
+  time per example in all paired rounds but one, so the saving is beyond the rounds' noise;
+- ``COSTLIER``: quality held, and it took more time in all rounds but one (a WARN);
+- ``COST HELD``: quality held, and the rounds do not agree on which is cheaper;
+- otherwise the worst quality verdict: quality not held (FAIL, ERROR) or not shown to hold
+  (INCONCLUSIVE: the evalset cannot resolve the margin), the cost not weighed.
+
+With the line's traffic declared, the row says what a month of serving costs with each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from evalsentry.gate.verdicts import SEVERITY, Comparison, Reference, Verdict
+from evalsentry.names import TIMING_METRIC
+
+if TYPE_CHECKING:
+    from evalsentry.config import Config
+    from evalsentry.evalsets.evalset import Evalset
+    from evalsentry.evaluation.pipeline import Target
+    from evalsentry.evaluation.speed import PairedTiming
+    from evalsentry.evaluation.timing import ServingBill
+
+CHEAPER, COSTLIER, COST_HELD = "CHEAPER", "COSTLIER", "COST HELD"
+METHOD = "paired timing and quality"
+
+
+def parent_version(target: Target) -> int | None:
+    """The version ``target`` is a serving variant of (its lineage's ``variant_of``), if any."""
+    made = (target.lineage or {}).get("variant_of")
+    version = made.get("version") if isinstance(made, dict) else None
+    return int(version) if isinstance(version, int) else None
+
+
+def weigh(
+    label: str,
+    quality: Sequence[Comparison],
+    timing: PairedTiming,
+    owner: dict[str, Any],
+    reference: dict[str, Any],
+    bill: ServingBill | None = None,
+) -> Comparison:
+    """The variant's one row: CHEAPER, COSTLIER, COST HELD, or its quality verdict.
+
+    Args:
+        label: ``digits@v4 (dynamic-int8 of v2)``.
+        quality: The variant's comparisons (only gating ones are weighed).
+        timing: The variant (current) timed against the version it is a variant of.
+        owner: The owner fields of its evaluation (:func:`evalsentry.gate.pairs.owner`).
+        reference: ``reference_evaluation_id``, ``reference_week``, ``reference_version``.
+        bill: The line's declared traffic at the device's price.
+    """
+    gating = [c for c in quality if c.gating and c.metric != TIMING_METRIC]
+    before, now = timing.per_example()
+    ordered = sorted(timing.ratios)
+    spread = f"{ordered[0]:.2f}x to {ordered[-1]:.2f}x"
+    rounds = f"{timing.ratio:.2f}x the time per example (median of {len(ordered)} paired rounds, {spread}, on {timing.device})"  # fmt: skip
+    money = f": {bill.change(before, now)}" if bill is not None else ""
+    fields = {
+        **owner, **reference, "reference": Reference.PRODUCTION, "metric": TIMING_METRIC,
+        "method": METHOD, "gating": False, "reference_value": before * 1e6, "value": now * 1e6,
+        "delta": (now - before) * 1e6, "drop": (now - before) * 1e6, "n": timing.examples,
+    }  # fmt: skip
+    worst = max(gating, key=lambda c: SEVERITY[c.verdict], default=None)
+    if worst is None or worst.verdict not in (Verdict.PASS, Verdict.WARN):
+        said = _quality(worst) if worst is not None else "no gating quality comparison"
+        verdict = worst.verdict if worst is not None else Verdict.ERROR
+        held = "not shown to hold" if verdict == Verdict.INCONCLUSIVE else "not held"
+        reason = f"{label}: quality {held} ({said}); cost not weighed: {rounds}"
+        return Comparison(**fields, verdict=verdict, reason=reason)
+    held = f"quality held ({_quality(_primary(gating))})"
+    # All rounds but one on one side of 1 (the one round allowed is the noisiest).
+    faster = ordered[-2 if len(ordered) >= 2 else -1] < 1
+    slower = ordered[1 if len(ordered) >= 2 else 0] > 1
+    if faster:
+        text = f"{CHEAPER}: {label}: {held}, {1 - timing.ratio:.0%} cheaper{money}; {rounds}"
+        return Comparison(**fields, verdict=Verdict.PASS, reason=text)
+    if slower:
+        text = f"{COSTLIER}: {label}: {held}, {timing.ratio - 1:.0%} costlier{money}; {rounds}"
+        return Comparison(**fields, verdict=Verdict.WARN, reason=text)
+    text = f"{COST_HELD}: {label}: {held}; the rounds do not agree which is cheaper; {rounds}"
+    return Comparison(**fields, verdict=Verdict.PASS, reason=text)
+
+
+def _primary(gating: Sequence[Comparison]) -> Comparison:
+    """The comparison quoted for quality: the worst, on the first metric among equals."""
+    return max(gating, key=lambda c: (SEVERITY[c.verdict], -gating.index(c)))
+
+
+def _quality(c: Comparison) -> str:
+    """``accuracy -0.20 pts, margin 1.00 pt`` (a count metric in points), or the reason."""
+    if c.delta is None or c.tolerance is None:
+        return f"{c.metric}: {c.verdict} ({c.reason})"
+    points = c.metric in ("accuracy", "top5_accuracy", "macro_f1") or c.metric.startswith("score:")
+    scale, unit = (100, " pts") if points else (1, "")
+    return f"{c.metric} {c.delta * scale:+.2f}{unit}, margin {c.tolerance * scale:.2f}{unit}"
+
+
+def time_variant(
+    variant: Target, parent: Target, evalset: Evalset, config: Config, device: str
+) -> PairedTiming:
+    """The variant timed against its parent in an evaluation child, within the timing budget.
+
+    Raises:
+        as :func:`evalsentry.evaluation.isolation.time_isolated`.
+    """
+    from evalsentry.evaluation.isolation import time_isolated
+    from evalsentry.evaluation.timing import load_arguments_of
+
+    answer = time_isolated(
+        variant.uri, load_arguments_of(variant, config), parent.uri,
+        load_arguments_of(parent, config), evalset, device=device,
+        timeout_s=config.inference_timeout_s, budget_s=config.cost.timing_budget_s,
+    )  # fmt: skip
+    timing: PairedTiming = answer.result
+    return timing

@@ -1,0 +1,71 @@
+"""One verdict for quality and cost (evaluation.serving.weigh): each branch, from its inputs."""
+
+from __future__ import annotations
+
+import pytest
+
+from evalsentry.evaluation.serving import weigh
+from evalsentry.evaluation.speed import PairedTiming
+from evalsentry.evaluation.timing import ServingBill
+from evalsentry.gate.verdicts import Comparison, Reference, Verdict
+
+OWNER = {"evaluation_id": "e", "week": "2026-W49", "model": "digits", "version": 4, "evalset": "digits"}  # fmt: skip
+LABEL = "digits@v4 (dynamic-int8 of v2)"
+
+
+def quality(verdict: Verdict, delta: float = -0.002) -> list[Comparison]:
+    """The variant's accuracy against production (and a non-gating slice that must not count)."""
+    row = {**OWNER, "reference": Reference.PRODUCTION, "reason": ""}
+    return [
+        Comparison(**row, metric="accuracy", verdict=verdict, delta=delta, tolerance=0.01),
+        Comparison(**row, metric="accuracy", slice="ink=light", verdict=Verdict.FAIL, gating=False),
+    ]
+
+
+def timed(*ratios: float) -> PairedTiming:
+    """Rounds of 1 s for the parent and ``ratio`` s for the variant, over 1,000 examples."""
+    return PairedTiming([1.0] * len(ratios), list(ratios), 1000, "cpu")
+
+
+def test_held_and_faster_in_all_rounds_but_one_is_cheaper_with_the_bill() -> None:
+    bill = ServingBill(requests_per_day=86_400_000, per_device_hour=3.0, currency="USD")
+    row = weigh(LABEL, quality(Verdict.PASS), timed(0.6, 0.62, 0.61, 1.05, 0.63), OWNER, {}, bill)
+    assert row.verdict == Verdict.PASS and not row.gating
+    assert row.reason.startswith(
+        "CHEAPER: digits@v4 (dynamic-int8 of v2): quality held (accuracy -0.20 pts, margin "
+        "1.00 pts), 38% cheaper: at 86,400,000 requests/day: "
+    )
+    assert (
+        "0.62x the time per example (median of 5 paired rounds, 0.60x to 1.05x, on cpu)"
+        in row.reason
+    )
+
+
+def test_held_and_slower_is_costlier_a_warn() -> None:
+    row = weigh(LABEL, quality(Verdict.WARN), timed(1.3, 1.4, 0.9, 1.5), OWNER, {})
+    assert row.verdict == Verdict.WARN and row.reason.startswith("COSTLIER: ")
+    assert "quality held (accuracy -0.20 pts" in row.reason and "35% costlier" in row.reason
+
+
+def test_rounds_that_disagree_hold_the_cost() -> None:
+    row = weigh(LABEL, quality(Verdict.PASS), timed(0.9, 1.1, 0.95, 1.05), OWNER, {})
+    assert row.verdict == Verdict.PASS and row.reason.startswith("COST HELD: ")
+
+
+@pytest.mark.parametrize(
+    ("verdict", "said"),
+    [(Verdict.FAIL, "quality not held"), (Verdict.INCONCLUSIVE, "quality not shown to hold")],
+)
+def test_quality_not_held_is_the_quality_verdict_and_the_cost_is_not_weighed(
+    verdict: Verdict, said: str
+) -> None:
+    """A damaged variant is a FAIL however much cheaper it is."""
+    row = weigh(LABEL, quality(verdict, delta=-0.08), timed(0.3, 0.3, 0.3), OWNER, {})
+    assert row.verdict == verdict and not row.gating
+    assert f"{said} (accuracy -8.00 pts, margin 1.00 pts); cost not weighed: 0.30x" in row.reason
+    assert "CHEAPER" not in row.reason
+
+
+def test_nothing_gated_is_never_cheaper() -> None:
+    row = weigh(LABEL, [], timed(0.5, 0.5, 0.5), OWNER, {})
+    assert row.verdict == Verdict.ERROR and "no gating quality comparison" in row.reason
