@@ -65,8 +65,8 @@ def test_a_variant_is_built_from_its_parent_listed_under_it_and_evaluated(
     # variant within the 1-point margin, so the cost is not weighed (and says what it measured).
     weighed = re.search(
         r"INCONCLUSIVE \(report only\) +toy@v2 +toy +microseconds_per_example +production .* "
-        r"toy@v2 \(dynamic-int8 of v1\): quality not shown to hold \(accuracy -0\.33 pts, "
-        r"margin 1\.00 pts\); cost not weighed: \d+\.\d\dx the time per example \(median of "
+        r"toy@v2 \(dynamic-int8 of v1\): quality not shown to hold \(accuracy -0\.33 pts vs "
+        r"production, margin 1\.00 pts\); cost not weighed: \d+\.\d\dx the time per example \(median of "
         r"\d+ paired rounds",
         out,
     )

@@ -5,7 +5,8 @@ quality as for any candidate, then times it against the version it is a variant 
 one process (:mod:`evalsentry.evaluation.timing`'s ABBA rounds), and weighs both in one row of
 the report (metric ``microseconds_per_example``, never gating on its own):
 
-- ``CHEAPER``: every gating quality comparison held (PASS or WARN) and the variant took less
+- ``CHEAPER``: every gating quality comparison against production (or, without one, every
+  gating comparison) held (PASS or WARN) and the variant took less
   time per example in all paired rounds but one, so the saving is beyond the rounds' noise;
 - ``COSTLIER``: quality held, and it took more time in all rounds but one (a WARN);
 - ``COST HELD``: quality held, and the rounds do not agree on which is cheaper;
@@ -60,6 +61,8 @@ def weigh(
         bill: The line's declared traffic at the device's price.
     """
     gating = [c for c in quality if c.gating and c.metric != TIMING_METRIC]
+    against = [c for c in gating if c.reference == Reference.PRODUCTION]
+    gating = against or gating  # weighed against production where it was compared with it
     before, now = timing.per_example()
     ordered = sorted(timing.ratios)
     spread = f"{ordered[0]:.2f}x to {ordered[-1]:.2f}x"
@@ -102,7 +105,8 @@ def _quality(c: Comparison) -> str:
         return f"{c.metric}: {c.verdict} ({c.reason})"
     points = c.metric in ("accuracy", "top5_accuracy", "macro_f1") or c.metric.startswith("score:")
     scale, unit = (100, " pts") if points else (1, "")
-    return f"{c.metric} {c.delta * scale:+.2f}{unit}, margin {c.tolerance * scale:.2f}{unit}"
+    change = f"{c.delta * scale:+.2f}{unit} vs {c.reference}"
+    return f"{c.metric} {change}, margin {c.tolerance * scale:.2f}{unit}"
 
 
 def time_variant(

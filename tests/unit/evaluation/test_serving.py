@@ -32,8 +32,8 @@ def test_held_and_faster_in_all_rounds_but_one_is_cheaper_with_the_bill() -> Non
     row = weigh(LABEL, quality(Verdict.PASS), timed(0.6, 0.62, 0.61, 1.05, 0.63), OWNER, {}, bill)
     assert row.verdict == Verdict.PASS and not row.gating
     assert row.reason.startswith(
-        "CHEAPER: digits@v4 (dynamic-int8 of v2): quality held (accuracy -0.20 pts, margin "
-        "1.00 pts), 38% cheaper: at 86,400,000 requests/day: "
+        "CHEAPER: digits@v4 (dynamic-int8 of v2): quality held (accuracy -0.20 pts vs "
+        "production, margin 1.00 pts), 38% cheaper: at 86,400,000 requests/day: "
     )
     assert (
         "0.62x the time per example (median of 5 paired rounds, 0.60x to 1.05x, on cpu)"
@@ -44,7 +44,10 @@ def test_held_and_faster_in_all_rounds_but_one_is_cheaper_with_the_bill() -> Non
 def test_held_and_slower_is_costlier_a_warn() -> None:
     row = weigh(LABEL, quality(Verdict.WARN), timed(1.3, 1.4, 0.9, 1.5), OWNER, {})
     assert row.verdict == Verdict.WARN and row.reason.startswith("COSTLIER: ")
-    assert "quality held (accuracy -0.20 pts" in row.reason and "35% costlier" in row.reason
+    assert (
+        "quality held (accuracy -0.20 pts vs production" in row.reason
+        and "35% costlier" in row.reason
+    )
 
 
 def test_rounds_that_disagree_hold_the_cost() -> None:
@@ -62,7 +65,10 @@ def test_quality_not_held_is_the_quality_verdict_and_the_cost_is_not_weighed(
     """A damaged variant is a FAIL however much cheaper it is."""
     row = weigh(LABEL, quality(verdict, delta=-0.08), timed(0.3, 0.3, 0.3), OWNER, {})
     assert row.verdict == verdict and not row.gating
-    assert f"{said} (accuracy -8.00 pts, margin 1.00 pts); cost not weighed: 0.30x" in row.reason
+    assert (
+        f"{said} (accuracy -8.00 pts vs production, margin 1.00 pts); cost not weighed: 0.30x"
+        in row.reason
+    )
     assert "CHEAPER" not in row.reason
 
 
