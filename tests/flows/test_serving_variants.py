@@ -71,6 +71,15 @@ def test_a_variant_is_built_from_its_parent_listed_under_it_and_evaluated(
         out,
     )
     assert weighed, out
+    # The lifetime bill says what serving the variant would change, with the row's own number.
+    assert main(["cost", "--lifetime"]) == 0
+    said = capsys.readouterr().out
+    ratio = re.search(r"cost not weighed: (\d+\.\d\d)x", out)
+    assert ratio and re.search(
+        r"toy: serving v2 \(dynamic-int8\) instead of v1: not weighed, its quality INCONCLUSIVE "
+        rf"\(\d{{4}}-W\d\d; {ratio.group(1)}x the time per example\)",
+        said,
+    ), said
     evaluations = History(str(project / "store")).evaluations(include_superseded=True)
     row = evaluations[evaluations["version"] == 2].iloc[-1]
     assert row["status"] == "ok" and row["checkpoint_sha256"] == variant.sha256

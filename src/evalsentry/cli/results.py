@@ -213,6 +213,8 @@ def _print_lifetime(settings: Config, store: History) -> None:
     print_table("Lifetime bill to date", *lifetime_table(bill.lines))
     for line in bill.lines:
         echo(line.in_words())
+    for words in bill.levers:  # the serving variants weighed: what serving them would change
+        echo(words)
     for note in bill.notes:
         echo(f"note: {note}")
 

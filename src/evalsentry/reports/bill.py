@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from evalsentry.cost.units import DAYS_PER_MONTH
 from evalsentry.names import WEEKLY_RUN
+from evalsentry.reports.levers import lever_rows, levers
 from evalsentry.weeks import iso_week, week_start, weeks_in_order, weeks_up_to
 
 if TYPE_CHECKING:
@@ -114,6 +115,9 @@ class Lifetime:
     rows: pd.DataFrame
     lines: list[LineBill]
     notes: list[str]
+    #: The serving variants weighed (:mod:`.levers`): a sentence each, and the serving table.
+    levers: list[str] = field(default_factory=list)
+    lever_rows: list[list[str]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -138,7 +142,10 @@ def lifetime(history: History, config: Config, until: str | None = None) -> Life
     if until is not None:
         rows = rows[rows["week"].isin(weeks_up_to(rows["week"], until))]
     lines = line_bills(rows, config, rates)
-    return Lifetime(rows, lines, notes + [note for line in lines if (note := _token_note(line))])
+    notes += [note for line in lines if (note := _token_note(line))]
+    weighed = levers(history, until)
+    words = [lever.in_words(config) for lever in weighed]
+    return Lifetime(rows, lines, notes, words, lever_rows(weighed, config))
 
 
 def _token_note(line: LineBill) -> str | None:

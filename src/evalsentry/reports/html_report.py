@@ -24,6 +24,7 @@ from evalsentry.history.frames import records
 from evalsentry.history.store import History
 from evalsentry.names import WEEKLY_RUN
 from evalsentry.reports.bill import PARTS, Lifetime, lifetime_table, weekly_parts
+from evalsentry.reports.levers import LEVER_HEADERS
 from evalsentry.reports.report import MODEL_OR_DATA, counts_line
 from evalsentry.reports.svg import WeekChart
 from evalsentry.reports.weekly import SUSPECT_HEADERS, suspect_rows
@@ -298,7 +299,16 @@ def _bill_section(bill: Lifetime | None) -> list[str]:
         "<ul>" + "".join(f"<li>{esc(line.in_words())}</li>" for line in bill.lines) + "</ul>",
         *(f"<p>note: {esc(note)}</p>" for note in bill.notes),
         f'<div class="chart" id="bill-chart">{bill_chart(bill)}</div>',
+        *_levers_section(bill),
     ]
+
+
+def _levers_section(bill: Lifetime) -> list[str]:
+    """The serving variants weighed: a table, and what serving each would change."""
+    if not bill.lever_rows:
+        return []
+    words = "".join(f"<li>{esc(said)}</li>" for said in bill.levers)
+    return ["<h3>Serving levers</h3>", html_table(LEVER_HEADERS, bill.lever_rows), f"<ul>{words}</ul>"]  # fmt: skip
 
 
 def render_report(

@@ -75,3 +75,25 @@ def test_quality_not_held_is_the_quality_verdict_and_the_cost_is_not_weighed(
 def test_nothing_gated_is_never_cheaper() -> None:
     row = weigh(LABEL, [], timed(0.5, 0.5, 0.5), OWNER, {})
     assert row.verdict == Verdict.ERROR and "no gating quality comparison" in row.reason
+
+
+def test_a_cheaper_lever_in_the_bill_says_what_a_month_saves(tmp_path: object) -> None:
+    """At 86.4 M requests a day on a 3 USD/h device, 10 µs -> 6.2 µs per request saves
+    0.0000038 s x 86.4e6 x 30.44 days / 3600 s x 3 USD = 8.33 USD a month."""
+    from evalsentry.config import Config
+    from evalsentry.reports.levers import Lever, lever_rows
+
+    config = Config.model_validate(
+        {
+            "traffic": {"digits": {"requests_per_day": 86_400_000}},
+            "cost": {"per_device_hour": {"cuda": 3.0}},
+        }  # fmt: skip
+    )
+    reason = "CHEAPER: digits@v4 (fp16 of v2): quality held (...), 38% cheaper; 0.62x the time per example (...)"  # fmt: skip
+    lever = Lever("digits", 4, 2, "fp16", "CHEAPER", "2026-W49", 10e-6, 6.2e-6, "cuda:0", reason)
+    words = lever.in_words(config)
+    assert words.startswith("digits: serving v4 (fp16) instead of v2 saves 8.3")
+    assert words.endswith(" USD/month at the declared traffic (CHEAPER, 2026-W49)")
+    ((variant, of, verdict, week, timing, month, saves),) = lever_rows([lever], config)
+    assert (variant, of, verdict, week, timing) == ("digits@v4 (fp16)", "v2", "CHEAPER", "2026-W49", "10 -> 6.2")  # fmt: skip
+    assert month.endswith(" USD") and saves.startswith("8.3")

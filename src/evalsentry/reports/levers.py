@@ -1,0 +1,126 @@
+"""The serving levers each line has weighed: a variant's quality and cost against its parent.
+
+``evalsentry evaluate --version N`` of a serving variant records one row weighing both
+(:mod:`evalsentry.evaluation.serving`). Here the newest such row of each variant becomes a line
+of the lifetime bill (``evalsentry cost --lifetime``) and a row of the weekly report's serving
+table: with the line's traffic declared, what a month of serving costs with the parent and
+with the variant, and what choosing the variant saves, or would add.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from evalsentry.evaluation.serving import CHEAPER, COST_HELD, COSTLIER, METHOD
+
+if TYPE_CHECKING:
+    from evalsentry.config import Config
+    from evalsentry.history.store import History
+
+#: The verdict word a weighed row starts with (``CHEAPER: ...``); other rows carry none.
+_WORD = re.compile(rf"^({CHEAPER}|{COSTLIER}|{COST_HELD}): ")
+#: Where a weighed row's reason names the transform: ``cancer@v10 (dynamic-int8 of v8)``.
+_TRANSFORM = re.compile(r"\(([\w-]+) of v\d+\)")
+#: The paired rounds' median ratio, as the weighed row's reason states it.
+_RATIO = re.compile(r"(\d+(?:\.\d+)?)x the time per example")
+#: Headers of :func:`lever_rows`.
+LEVER_HEADERS = ["variant", "of", "verdict", "week", "µs/example", "per month", "saves"]
+
+
+@dataclass(frozen=True)
+class Lever:
+    """A variant's newest weighing against the version it is a variant of."""
+
+    model: str
+    version: int
+    parent: int
+    transform: str
+    verdict: str  # CHEAPER, COSTLIER, COST HELD, or the quality verdict
+    week: str
+    parent_s: float  # seconds per example, paired
+    variant_s: float
+    device: str
+    reason: str
+
+    def month(self, config: Config) -> tuple[float, float] | None:
+        """A month of the line's declared traffic with the parent, then the variant.
+
+        None without traffic, or without a price for the device.
+        """
+        from evalsentry.evaluation.timing import serving_bill
+
+        bill = serving_bill(config, self.model, self.device)
+        if bill is None:
+            return None
+        return bill.month(self.parent_s), bill.month(self.variant_s)
+
+    def in_words(self, config: Config) -> str:
+        """``cancer: serving v10 (dynamic-int8) instead of v8 saves 1.20 USD/month ...``."""
+        from evalsentry.cost.units import money
+
+        name = f"{self.model}: serving v{self.version} ({self.transform}) instead of v{self.parent}"
+        said = _RATIO.search(self.reason)  # the row's own number: the median paired round's
+        ratio = float(said.group(1)) if said else self.variant_s / self.parent_s
+        if self.verdict not in (CHEAPER, COSTLIER, COST_HELD):
+            return f"{name}: not weighed, its quality {self.verdict} ({self.week}; {ratio:.2f}x the time per example)"  # fmt: skip
+        months = self.month(config)
+        if months is None:
+            return f"{name}: {self.verdict}, {ratio:.2f}x the time per example ({self.week}; declare traffic.{self.model} for the month's bill)"  # fmt: skip
+        before, after = months
+        change = before - after
+        verb = "saves" if change >= 0 else "would add"
+        per = f"{money(abs(change), config.cost.currency)}/month"
+        return f"{name} {verb} {per} at the declared traffic ({self.verdict}, {self.week})"
+
+
+def levers(history: History, until: str | None = None) -> list[Lever]:
+    """Each weighed variant's newest row, by line and version (to ``until``'s week only)."""
+    import pandas as pd
+
+    from evalsentry.weeks import weeks_up_to
+
+    rows = history.comparisons()
+    rows = rows[rows["method"] == METHOD] if "method" in rows else rows.iloc[0:0]
+    if until is not None:
+        rows = rows[rows["week"].isin(weeks_up_to(rows["week"], until))]
+    if rows.empty:
+        return []
+    devices = history.evaluations(include_superseded=True).set_index("evaluation_id")["device"]
+    newest = rows.sort_values("created_at").groupby(["model", "version"]).tail(1)
+    found = []
+    for row in newest.itertuples():
+        if pd.isna(row.value) or pd.isna(row.reference_value) or pd.isna(row.reference_version):
+            continue  # the timing could not run: nothing to bill
+        word = _WORD.match(str(row.reason))
+        transform = _TRANSFORM.search(str(row.reason))
+        found.append(
+            Lever(
+                str(row.model), int(row.version), int(row.reference_version),
+                transform.group(1) if transform else "variant",
+                word.group(1) if word else str(row.verdict), str(row.week),
+                float(row.reference_value) / 1e6, float(row.value) / 1e6,
+                str(devices.get(row.evaluation_id, "cpu")), str(row.reason),
+            )
+        )  # fmt: skip
+    return sorted(found, key=lambda lever: (lever.model, lever.version))
+
+
+def lever_rows(found: list[Lever], config: Config) -> list[list[str]]:
+    """The serving table: one row per weighed variant (see :data:`LEVER_HEADERS`)."""
+    from evalsentry.cost.units import money
+
+    rows = []
+    for lever in found:
+        months = lever.month(config)
+        per_month = saves = ""
+        if months is not None:
+            per_month = f"{money(months[0], '')} -> {money(months[1], config.cost.currency)}"
+            saves = money(months[0] - months[1], config.cost.currency)
+        timing = f"{lever.parent_s * 1e6:.3g} -> {lever.variant_s * 1e6:.3g}"
+        rows.append(
+            [f"{lever.model}@v{lever.version} ({lever.transform})", f"v{lever.parent}",
+             lever.verdict, lever.week, timing, per_month, saves]
+        )  # fmt: skip
+    return rows
