@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from evalsentry.cost import units
 from evalsentry.gate.week import GateReport
 from evalsentry.reports.bill import Lifetime, lifetime_table
+from evalsentry.reports.levers import LEVER_HEADERS
 from evalsentry.reports.report import (
     VERDICT_MARK,
     checkpoint_name,
@@ -205,6 +206,9 @@ def _bill_section(evaluations: Sequence[Mapping[str, Any]], bill: Lifetime | Non
         lines += ["### Lifetime bill to date", "", *md_table(*lifetime_table(bill.lines)), ""]
         lines += [f"- {line.in_words()}" for line in bill.lines]
         lines += [f"- note: {note}" for note in bill.notes] + [""]
+    if bill is not None and bill.lever_rows:
+        lines += ["### Serving levers", "", *md_table(LEVER_HEADERS, bill.lever_rows), ""]
+        lines += [f"- {words}" for words in bill.levers] + [""]
     return lines
 
 

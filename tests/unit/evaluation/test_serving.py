@@ -87,7 +87,7 @@ def test_a_cheaper_lever_in_the_bill_says_what_a_month_saves(tmp_path: object) -
         {
             "traffic": {"digits": {"requests_per_day": 86_400_000}},
             "cost": {"per_device_hour": {"cuda": 3.0}},
-        }  # fmt: skip
+        }
     )
     reason = "CHEAPER: digits@v4 (fp16 of v2): quality held (...), 38% cheaper; 0.62x the time per example (...)"  # fmt: skip
     lever = Lever("digits", 4, 2, "fp16", "CHEAPER", "2026-W49", 10e-6, 6.2e-6, "cuda:0", reason)
@@ -97,3 +97,22 @@ def test_a_cheaper_lever_in_the_bill_says_what_a_month_saves(tmp_path: object) -
     ((variant, of, verdict, week, timing, month, saves),) = lever_rows([lever], config)
     assert (variant, of, verdict, week, timing) == ("digits@v4 (fp16)", "v2", "CHEAPER", "2026-W49", "10 -> 6.2")  # fmt: skip
     assert month.endswith(" USD") and saves.startswith("8.3")
+
+
+def test_the_weekly_markdown_and_html_carry_the_serving_table() -> None:
+    """A bill with a weighed variant: both reports hold its row and its sentence, escaped."""
+    import pandas as pd
+
+    from evalsentry.gate.verdicts import GateReport
+    from evalsentry.reports.bill import Lifetime
+    from evalsentry.reports.html_report import _levers_section
+    from evalsentry.reports.weekly import weekly_markdown
+
+    row = ["digits@v4 (fp16)", "v2", "CHEAPER", "2026-W49", "10 -> 6.2", "13 -> 8.1 USD", "4.9 USD"]
+    said = "digits: serving v4 (fp16) instead of v2 saves 4.9 USD/month at the declared traffic (CHEAPER, 2026-W49)"  # fmt: skip
+    bill = Lifetime(pd.DataFrame(), [], [], [said], [row])
+    markdown = weekly_markdown(GateReport("2026-W49", [], False), [], [], {}, bill=bill)
+    assert "### Serving levers" in markdown and "| " + " | ".join(row) + " |" in markdown
+    assert f"- {said}" in markdown
+    html = "".join(_levers_section(bill))
+    assert "<h3>Serving levers</h3>" in html and "<td>10 -&gt; 6.2</td>" in html and said in html
