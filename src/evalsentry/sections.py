@@ -275,7 +275,10 @@ class ImportSource(BaseModel):
 
     @field_validator("evalset")
     @classmethod
-    def _evalset_name(cls, value: str | None) -> str | None:
+    def _evalset_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        tasks = info.data.get("task")
+        if value is not None and isinstance(tasks, list) and len(tasks) > 1:
+            raise ValueError("names one evalset, and task lists several: remove it (each task is its own evalset)")  # fmt: skip
         try:
             return check_name("evalset", value) if value is not None else None
         except InvalidName as exc:

@@ -129,6 +129,8 @@ def _record_all(
             f"{row['n_examples']} examples, {shown} (from {run.harness} {run.harness_version}"
             f"{_absent(run)})"
         )
+        for note in run.notes:
+            echo(f"  note: {note}")
 
 
 def _absent(run: HarnessRun) -> str:

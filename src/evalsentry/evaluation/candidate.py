@@ -299,6 +299,7 @@ def _serving(
     except Exception as exc:  # noqa: BLE001 - whatever failed, the row says cost was not weighed
         reason = f"{label}: cost not weighed: paired timing against v{version} could not run: {failure_reason(exc, 'timing')}"  # fmt: skip
         return [Comparison(**whose, reference=Reference.PRODUCTION, metric=TIMING_METRIC, verdict=Verdict.WARN, reason=reason, gating=False)]  # fmt: skip
-    quality = [c for c in comparisons if c.evaluation_id == row["evaluation_id"]]
+    ids = {outcome.evaluation["evaluation_id"] for outcome in outcomes}
+    quality = [c for c in comparisons if c.evaluation_id in ids]  # every evalset's verdicts
     bill = serving_bill(settings, target.model, timing.device)
     return [weigh(label, quality, timing, owner(row), {"reference_version": version}, bill)]

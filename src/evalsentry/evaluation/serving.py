@@ -60,6 +60,9 @@ def weigh(
         reference: ``reference_evaluation_id``, ``reference_week``, ``reference_version``.
         bill: The line's declared traffic at the device's price.
     """
+    if not timing.ratios:  # no round could be measured: nothing to weigh
+        said = f"{label}: cost not weighed: paired timing measured no round"
+        return Comparison(**owner, **reference, reference=Reference.PRODUCTION, metric=TIMING_METRIC, verdict=Verdict.WARN, reason=said, gating=False)  # fmt: skip
     gating = [c for c in quality if c.gating and c.metric != TIMING_METRIC]
     against = [c for c in gating if c.reference == Reference.PRODUCTION]
     gating = against or gating  # weighed against production where it was compared with it

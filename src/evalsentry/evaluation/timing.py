@@ -83,7 +83,7 @@ def slowdown_pairs(outcomes: Sequence[Outcome], history: History, week: str) -> 
     return pairs
 
 
-def _microseconds(seconds: float) -> str:
+def microseconds(seconds: float) -> str:
     """``7.5 µs``, ``1,500 µs``: about three significant digits, never scientific notation."""
     value = seconds * 1e6
     decimals = 0 if value >= 100 else 1 if value >= 10 else 2 if value >= 1 else 3
@@ -153,7 +153,7 @@ def _measured(timing: PairedTiming, version: int, counted: str) -> str:
     before, now = timing.per_example()
     return (
         f"{timing.ratio:.2f}x the time per example of v{version} on {timing.device} "
-        f"({_microseconds(now)} vs {_microseconds(before)}; median of {len(timing.ratios)} paired "
+        f"({microseconds(now)} vs {microseconds(before)}; median of {len(timing.ratios)} paired "
         f"rounds ({min(timing.ratios):.2f}x to {max(timing.ratios):.2f}x) over "
         f"{timing.examples:,} examples{_cut(timing)}, {counted})"
     )

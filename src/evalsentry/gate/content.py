@@ -74,17 +74,11 @@ def _examples_change(
     if not gone.size and not new.size:
         return None
     parts = []
-    if "doc_id" in reference and "doc_id" in current:
-        docs_ref = np.asarray(reference["doc_id"]).astype(str)
-        docs_cur = np.asarray(current["doc_id"]).astype(str)
-        edited = np.isin(docs_cur[new], docs_ref[gone]) & (docs_cur[new] != "")
-        if edited.any():
-            count = int(edited.sum())
-            parts.append(
-                f"{count} of {ids_ref.size} documents edited ({_named(current, new[edited])})"
-            )
-            gone = gone[~np.isin(docs_ref[gone], docs_cur[new[edited]])]
-            new = new[~edited]
+    edited_gone, edited_new = _edited(reference, current, gone, new)
+    if edited_new.any():
+        count = int(edited_new.sum())
+        parts.append(f"{count} of {ids_ref.size} documents edited ({_named(current, new[edited_new])})")  # fmt: skip
+        gone, new = gone[~edited_gone], new[~edited_new]
     if gone.size:
         parts.append(
             f"{gone.size} of the reference's {ids_ref.size} examples are not in this run "
@@ -94,6 +88,33 @@ def _examples_change(
         parts.append(f"{new.size} {'is' if new.size == 1 else 'are'} new ({_named(current, new)})")
     limited = " (a --limit, or another split?)" if gone.size and not new.size else ""
     return f"not comparable: {'; '.join(parts)}{limited}; {common} in both"
+
+
+def _edited(
+    reference: Mapping[str, NDArray[Any]],
+    current: Mapping[str, NDArray[Any]],
+    gone: NDArray[np.intp],
+    new: NDArray[np.intp],
+) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+    """Which gone and which new examples are one document edited.
+
+    The same doc id (in a task group, of the same subtask) with other content; without doc
+    ids, none.
+    """
+    if "doc_id" not in reference or "doc_id" not in current:
+        return np.zeros(gone.size, bool), np.zeros(new.size, bool)
+
+    def keys(columns: Mapping[str, NDArray[Any]], rows: NDArray[np.intp]) -> NDArray[Any]:
+        docs = np.asarray(columns["doc_id"]).astype(str)[rows]
+        task = np.asarray(columns[GROUP_TASK]).astype(str)[rows] if GROUP_TASK in columns else ""
+        return np.char.add(np.char.add(np.asarray(task, dtype=str), "\t"), docs)
+
+    ref_keys, cur_keys = keys(reference, gone), keys(current, new)
+    documented_ref = np.asarray(reference["doc_id"]).astype(str)[gone] != ""
+    documented_cur = np.asarray(current["doc_id"]).astype(str)[new] != ""
+    return np.isin(ref_keys, cur_keys) & documented_ref, np.isin(
+        cur_keys, ref_keys
+    ) & documented_cur
 
 
 def _task_renamed(
@@ -206,10 +227,14 @@ def unchanged_ids(
     same = np.ones(common.size, dtype=bool)
     for column in columns:
         same &= np.asarray(reference[column])[at_ref] == np.asarray(current[column])[at_cur]
+    gone = np.flatnonzero(~np.isin(ids_ref, ids_cur))
+    new = np.flatnonzero(~np.isin(ids_cur, ids_ref))
+    edited = int(_edited(reference, current, gone, new)[1].sum())
     counts = {
         "changed": int((~same).sum()),
-        "not in this run": ids_ref.size - common.size,
-        "new": ids_cur.size - common.size,
+        "edited": edited,
+        "not in this run": gone.size - edited,
+        "new": new.size - edited,
     }
     left = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
     return common[same], f"{sum(counts.values())} left out: {left}"

@@ -200,8 +200,8 @@ def _unchanged(
     ids, left = found
     cut_cur = {k: v[np.isin(cur_cols["example_id"], ids)] for k, v in cur_cols.items()}
     cut_ref = {k: v[np.isin(ref_cols["example_id"], ids)] for k, v in ref_cols.items()}
-    total = np.union1d(cur_cols["example_id"], ref_cols["example_id"]).size
-    said = f"gated on the {ids.size} of {total} examples both runs hold unchanged, {left}"
+    total = len(ref_cols["example_id"])  # the reference's examples (an edit replaces one)
+    said = f"gated on the {ids.size} of the reference's {total} examples both runs hold unchanged, {left}"  # fmt: skip
     return cut_cur, cut_ref, f"{said} (gate.only_unchanged)"
 
 

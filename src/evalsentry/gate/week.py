@@ -205,12 +205,11 @@ def missing_lines(
 
 
 def _how_to_add(model: str, week: str, device: Any) -> str:
-    """How a missing line's result is added (run it, or import its harness run), or retired."""
+    """How a missing line's result is added: run it (or archive a retired line), or import it."""
     if device in HARNESSES:  # an imported line's device is its harness
         return (
             f"import its run (evalsentry import {device} ... --model {model} --week {week}, "
-            f"or evalsentry import pickup --week {week}), or remove it from imports: if it was "
-            "retired"
+            f"or evalsentry import pickup --week {week})"
         )
     return (
         f"run it (evalsentry run --week {week} --model {model}), or archive the line's "

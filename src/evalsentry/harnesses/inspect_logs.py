@@ -212,16 +212,24 @@ def _reductions(path: str, log: Any) -> dict[str, dict[str, float]]:
             (its per-epoch values would be averaged: another number than Inspect's).
     """
     out: dict[str, dict[str, float]] = {}
-    logged = {r.scorer: r for r in log.reductions or []}
+    logged: dict[str, Any] = {}
+    for reduction in log.reductions or []:
+        if reduction.scorer in logged:  # several reducers: which one is the score is not said
+            raise HarnessLogInvalid(path, f"reductions.{reduction.scorer}", f"reduced twice ({logged[reduction.scorer].reducer}, {reduction.reducer}): evalsentry gates one score per scorer", "run the task with one epochs reducer")  # fmt: skip
+        logged[reduction.scorer] = reduction
     for score in log.results.scores if log.results else []:
         reducer = score.reducer or _epochs_reducer(log)
         if score.name not in logged and reducer not in (None, "mean"):
             raise HarnessLogInvalid(path, "reductions", f"scorer {score.name!r} is reduced by {reducer!r} and the log holds no reduced score", _FIX)  # fmt: skip
+    samples = {str(sample_id) for sample_id in log.eval.dataset.sample_ids or []}
     for name, reduction in logged.items():
         for item in reduction.samples:
             where = f"reductions.{name}[{item.sample_id}]"
             found = _values(path, where, {name: item})
             out.setdefault(str(item.sample_id), {}).update(found)
+        missing = sorted(samples - {str(item.sample_id) for item in reduction.samples})
+        if missing:  # those would be averaged over epochs, the others reduced: refused
+            raise HarnessLogInvalid(path, f"reductions.{name}", f"no reduced score for {len(missing)} sample(s) ({', '.join(missing[:3])})", _FIX)  # fmt: skip
     return out
 
 

@@ -4,9 +4,10 @@
 is its own run here (its own evalset). A group (``group_subtasks`` of the results file) is one
 run of all its leaf subtasks' documents, keyed ``<subtask>/<example id>``, with the subtask as
 the slice ``task``: the group is gated as one evalset, its subtasks as slices in one family
-(shown, or gating with ``gate.slices: gate``). The gated score must be lm-eval's own group
-score: a group lm-eval averages otherwise than over all its documents (``weight_by_size:
-false``) is refused, naming its subtasks to import one by one.
+(shown, or gating with ``gate.slices: gate``). Where lm-eval reports a group score, the gated
+score must equal it: a group lm-eval averages otherwise than over all its documents
+(``weight_by_size: false``) is refused, naming its subtasks to import one by one. Where it
+reports none, the mean over the documents is gated, and the import says so.
 """
 
 from __future__ import annotations
@@ -132,7 +133,10 @@ def _check_reported(path: Path, results: Mapping[str, Any], run: HarnessRun) -> 
     for key, values in run.scores.items():
         number = reported.get(f"{key},{chosen}")
         if not isinstance(number, int | float) or not math.isfinite(number):
-            continue  # lm-eval reported no group score for it: nothing to disagree with
+            # lm-eval reported no group score (a group without aggregate_metric_list): ours
+            # is the mean over the documents, and the import says so.
+            run.notes.append(f"lm-eval reports no {key} for the group {run.task}: the mean over its documents is gated")  # fmt: skip
+            continue
         ours = float(np.mean(values))
         if abs(ours - number) > 1e-9:
             raise HarnessLogInvalid(

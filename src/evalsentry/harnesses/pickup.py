@@ -201,7 +201,7 @@ def _superseded(
     for item in broken:
         written = _written(item.source)
         if newest is not None and written is not None and written <= newest:
-            why = item.reason.split("; ")[0]
+            why = item.reason.removesuffix("; nothing was recorded")
             reason = f"not importable ({why}), and older than the line's newest imported run"
             out.append(replace(item, action=SKIPPED, reason=reason))
         else:
@@ -271,10 +271,35 @@ def _end(run: HarnessRun | None) -> datetime:
 
 
 def _written(path: str) -> datetime | None:
-    """When the file at ``path`` was last written; None when it cannot be read."""
+    """When the run at ``path`` ended, as its log says; else when the file was last written.
+
+    A log's own time survives a copy or a download, which gives the file a new one. None when
+    neither can be read.
+    """
+    said = _logged_end(path)
+    if said is not None:
+        return said
     try:
         return datetime.fromtimestamp(Path(path).stat().st_mtime, UTC)
     except OSError:
+        return None
+
+
+def _logged_end(path: str) -> datetime | None:
+    """The end an lm-eval results file (``date``) or an Inspect log's header records, if any."""
+    from evalsentry.harnesses.limits import check_log_size
+
+    try:
+        check_log_size(path)  # a header is read only from a log of a sane size
+        if path.endswith(".json") and Path(path).name.startswith("results_"):
+            stamp = json.loads(Path(path).read_text(encoding="utf-8")).get("date")
+            return datetime.fromtimestamp(float(stamp), UTC)
+        from inspect_ai.log import read_eval_log
+
+        stats = read_eval_log(path, header_only=True).stats
+        end = datetime.fromisoformat(stats.completed_at or stats.started_at)
+        return end if end.tzinfo is not None else end.replace(tzinfo=UTC)
+    except Exception:  # noqa: BLE001 - unreadable as a log: the file's own time is all there is
         return None
 
 

@@ -26,7 +26,15 @@ _TRANSFORM = re.compile(r"\(([\w-]+) of v\d+\)")
 #: The paired rounds' median ratio, as the weighed row's reason states it.
 _RATIO = re.compile(r"(\d+(?:\.\d+)?)x the time per example")
 #: Headers of :func:`lever_rows`.
-LEVER_HEADERS = ["variant", "of", "verdict", "week", "µs/example", "per month", "saves"]
+LEVER_HEADERS = [
+    "variant",
+    "of",
+    "verdict",
+    "week",
+    "time per example",
+    "a month of traffic",
+    "saves",
+]
 
 
 @dataclass(frozen=True)
@@ -68,9 +76,10 @@ class Lever:
         months = self.month(config)
         if months is None:
             return f"{name}: {self.verdict}, {ratio:.2f}x the time per example ({self.week}; declare traffic.{self.model} for the month's bill)"  # fmt: skip
-        before, after = months
-        change = before - after
-        verb = "saves" if change >= 0 else "would add"
+        if self.verdict == COST_HELD:
+            return f"{name}: the paired rounds showed no difference in cost ({self.week})"
+        change = months[0] - months[1]
+        verb = "saves" if self.verdict == CHEAPER else "would add"
         per = f"{money(abs(change), config.cost.currency)}/month"
         return f"{name} {verb} {per} at the declared traffic ({self.verdict}, {self.week})"
 
@@ -110,6 +119,7 @@ def levers(history: History, until: str | None = None) -> list[Lever]:
 def lever_rows(found: list[Lever], config: Config) -> list[list[str]]:
     """The serving table: one row per weighed variant (see :data:`LEVER_HEADERS`)."""
     from evalsentry.cost.units import money
+    from evalsentry.evaluation.timing import microseconds
 
     rows = []
     for lever in found:
@@ -117,8 +127,9 @@ def lever_rows(found: list[Lever], config: Config) -> list[list[str]]:
         per_month = saves = ""
         if months is not None:
             per_month = f"{money(months[0], '')} -> {money(months[1], config.cost.currency)}"
-            saves = money(months[0] - months[1], config.cost.currency)
-        timing = f"{lever.parent_s * 1e6:.3g} -> {lever.variant_s * 1e6:.3g}"
+            change = money(abs(months[0] - months[1]), config.cost.currency)
+            saves = {CHEAPER: change, COSTLIER: f"adds {change}", COST_HELD: "no difference shown"}.get(lever.verdict, "not weighed")  # fmt: skip
+        timing = f"{microseconds(lever.parent_s)} -> {microseconds(lever.variant_s)}"
         rows.append(
             [f"{lever.model}@v{lever.version} ({lever.transform})", f"v{lever.parent}",
              lever.verdict, lever.week, timing, per_month, saves]

@@ -227,7 +227,7 @@ def md_cell(value: object) -> str:
 
 
 #: An ``@`` that GitHub would read as a mention (``@team``, not ``model@v2`` or an address).
-_MENTION = re.compile(r"(?<![\w`])@(?=[\w-])")
+_MENTION = re.compile(r"(?<![A-Za-z0-9_])@(?=[A-Za-z0-9_-])")
 
 
 def no_mentions(text: str) -> str:

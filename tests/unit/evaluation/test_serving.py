@@ -95,7 +95,7 @@ def test_a_cheaper_lever_in_the_bill_says_what_a_month_saves(tmp_path: object) -
     assert words.startswith("digits: serving v4 (fp16) instead of v2 saves 8.3")
     assert words.endswith(" USD/month at the declared traffic (CHEAPER, 2026-W49)")
     ((variant, of, verdict, week, timing, month, saves),) = lever_rows([lever], config)
-    assert (variant, of, verdict, week, timing) == ("digits@v4 (fp16)", "v2", "CHEAPER", "2026-W49", "10 -> 6.2")  # fmt: skip
+    assert (variant, of, verdict, week, timing) == ("digits@v4 (fp16)", "v2", "CHEAPER", "2026-W49", "10 µs -> 6.2 µs")  # fmt: skip
     assert month.endswith(" USD") and saves.startswith("8.3")
 
 
@@ -116,3 +116,19 @@ def test_the_weekly_markdown_and_html_carry_the_serving_table() -> None:
     assert f"- {said}" in markdown
     html = "".join(_levers_section(bill))
     assert "<h3>Serving levers</h3>" in html and "<td>10 -&gt; 6.2</td>" in html and said in html
+
+
+def test_a_cost_held_or_costlier_lever_claims_no_saving() -> None:
+    """COST HELD says no difference was shown; COSTLIER says what it would add."""
+    from evalsentry.config import Config
+    from evalsentry.reports.levers import Lever, lever_rows
+
+    config = Config.model_validate({"traffic": {"digits": {"requests_per_day": 1_000_000}}})
+    held = Lever("digits", 4, 2, "bf16", "COST HELD", "2026-W49", 10e-6, 9.9e-6, "cpu", "COST HELD: ...")  # fmt: skip
+    dear = Lever("digits", 5, 2, "dynamic-int8", "COSTLIER", "2026-W49", 10e-6, 30e-6, "cpu", "COSTLIER: ...")  # fmt: skip
+    assert held.in_words(config).endswith(
+        ": the paired rounds showed no difference in cost (2026-W49)"
+    )
+    assert " would add " in dear.in_words(config) and "saves" not in dear.in_words(config)
+    rows = lever_rows([held, dear], config)
+    assert rows[0][-1] == "no difference shown" and rows[1][-1].startswith("adds ")

@@ -96,3 +96,22 @@ def test_the_pickup_follows_several_tasks_of_a_line(
     assert main(["import", "pickup", "--week", "2026-W40", "--config", str(config)]) == 0
     out = capsys.readouterr().out
     assert all(f"(lm-eval.{task}): already in the history" in out for task in TASKS)
+
+
+def test_a_group_lm_eval_reports_no_score_for_is_gated_on_its_documents_and_said(
+    harness_logs: Path, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A group lm-eval gives no score (no aggregate_metric_list): the documents' mean, said."""
+    folder = tmp_path / "run"
+    shutil.copytree(group_run(harness_logs, "worse"), folder)
+    results_path = next(folder.rglob("results_*.json"))
+    results = json.loads(results_path.read_text())
+    del results["results"][GROUP]["acc,none"]
+    results_path.write_text(json.dumps(results))
+    code, out, err = import_lm(capsys, project, str(folder), "2026-W40", "--task", GROUP)
+    assert code == 0, err
+    assert "80 examples, score:acc 0.5625" in out
+    assert (
+        f"note: lm-eval reports no acc for the group {GROUP}: the mean over its documents is gated"
+        in out
+    )

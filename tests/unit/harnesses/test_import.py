@@ -255,7 +255,7 @@ def test_an_imported_line_missing_a_week_is_told_to_import_it(
     assert code == 2 and "MISSING: no result in 2026-W41" in out
     said = (
         "import its run (evalsentry import inspect ... --model sums --week 2026-W41, or "
-        "evalsentry import pickup --week 2026-W41), or remove it from imports: if it was retired"
+        "evalsentry import pickup --week 2026-W41)"
     )
     assert said in " ".join(out.split())
 
@@ -430,18 +430,30 @@ class TestComparable:
             samples.write_text("\n".join(samples.read_text().splitlines()[:30]) + "\n")
             assert import_lm(capsys, project, str(folder), week)[0] == 0
         said = (
-            "gated on the 30 of 40 examples both runs hold unchanged, 10 left out: 10 not in "
-            "this run (gate.only_unchanged)"
+            "gated on the 30 of the reference's 40 examples both runs hold unchanged, 10 left out: 10 "
+            "not in this run (gate.only_unchanged)"
         )
         code, out, _ = run(capsys, "gate", "--week", "2026-W41", "--config", str(project))
         assert code == 0 and "WARN" in out and said in " ".join(out.split())
         assert "PASS" not in out.split("\n")[0]
         code, out, _ = run(capsys, "gate", "--week", "2026-W42", "--config", str(project))
-        assert code == 1 and "FAIL" in out and "gated on the 30 of 40 examples" in out
+        assert (
+            code == 1 and "FAIL" in out and "gated on the 30 of the reference's 40 examples" in out
+        )
+        edited = tmp_path / "edited"
+        shutil.copytree(lm_folder(harness_logs, "good"), edited)
+        samples = next(edited.rglob("samples_*.jsonl"))
+        lines = samples.read_text().splitlines()
+        lines[5] = json.dumps({**json.loads(lines[5]), "doc_hash": "e" * 64, "prompt_hash": "f" * 64})  # fmt: skip
+        samples.write_text("\n".join(lines) + "\n")
+        assert import_lm(capsys, project, str(edited), "2026-W43")[0] == 0
+        code, out, _ = run(capsys, "gate", "--week", "2026-W43", "--config", str(project))
+        said = "gated on the 29 of the reference's 30 examples both runs hold unchanged, 11 left out: 1 edited, 10 new (gate.only_unchanged)"  # fmt: skip
+        assert code == 0 and "WARN" in out and said in " ".join(out.split())
         folder, _, samples = lm_copy(harness_logs, tmp_path)
         add_a_filter(samples)
-        assert import_lm(capsys, project, str(folder), "2026-W43", "--filter", "take_first")[0] == 0
-        reason = gate_reason(capsys, project, "2026-W43")
+        assert import_lm(capsys, project, str(folder), "2026-W44", "--filter", "take_first")[0] == 0
+        reason = gate_reason(capsys, project, "2026-W44")
         assert reason == "not comparable: the filter changed: none -> take_first"
 
     def test_fewer_inspect_epochs_are_refused_naming_them(
@@ -669,3 +681,28 @@ class TestTheHarnessesOwnNumbers:
         assert value == pytest.approx(reported, abs=1e-12)
         lineage = json.loads(history(project).evaluations().iloc[0]["config_json"])
         assert lineage["scoring"]["epochs_reducer"] == ["at_least_1"]
+
+
+def test_in_a_task_group_an_edit_is_matched_within_its_subtask() -> None:
+    """Doc 6 leaving subtask a and doc 6 joining subtask b is no edit: one gone, one new."""
+    import numpy as np
+
+    from evalsentry.gate.content import content_change
+
+    def columns(rows: list[tuple[str, str, str]]) -> dict[str, np.ndarray]:
+        ids, tasks, docs = zip(*rows, strict=True)
+        return {
+            "example_id": np.array(ids, dtype=object), "slice:task": np.array(tasks, dtype=object),
+            "doc_id": np.array(docs, dtype=object), "prompt_hash": np.array(ids, dtype=object),
+        }  # fmt: skip
+
+    reference = columns([("a/x", "a", "5"), ("a/y", "a", "6")])
+    current = columns([("a/x", "a", "5"), ("b/z", "b", "6")])
+    reason = content_change(reference, current)
+    assert reason is not None and "edited" not in reason
+    assert "1 of the reference's 2 examples are not in this run (a doc 6)" in reason
+    assert "1 is new (b doc 6)" in reason
+    edited = columns([("a/x", "a", "5"), ("a/w", "a", "6")])
+    assert content_change(reference, edited) == (
+        "not comparable: 1 of 2 documents edited (a doc 6); 1 in both"
+    )

@@ -97,6 +97,7 @@ class TestPlanImports:
         ("{harness: inspect, results: r, filter: x}", "imports.sums.filter"),
         ("{harness: inspect}", "imports.sums.results"),
         ("{harness: inspect, results: r, evalset: ../x}", "imports.sums.evalset"),
+        ("{harness: lm-eval, results: r, task: [a, b], evalset: x}", "imports.sums.evalset"),
     ],
 )
 def test_a_bad_imports_entry_exits_2_naming_file_and_field(
@@ -116,6 +117,7 @@ def test_an_errored_run_fails_its_week_and_no_later_one(
     """An Inspect log that ended in an error, left in the folder: the week that finds it with
     nothing newer is not imported (exit 2, naming it); once a newer run is imported it is
     skipped, naming it, and the week passes."""
+    import os
     from datetime import UTC, datetime, timedelta
 
     from inspect_ai.log import read_eval_log, write_eval_log
@@ -137,8 +139,12 @@ def test_an_errored_run_fails_its_week_and_no_later_one(
     assert newer.stats is not None
     newer.stats.completed_at = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
     write_eval_log(newer, str(tmp_path / "logs" / "newer.eval"))
+    # Copied again meanwhile (a sync, a download): the file is new, the run it logs is not.
+    later = (datetime.now(UTC) + timedelta(days=1)).timestamp()
+    os.utime(tmp_path / "logs" / "errored.eval", (later, later))
     assert main(["import", "pickup", "--week", "2026-W42", "--config", str(config)]) == 0
     out = capsys.readouterr().out
     assert "imported sums@v1" in out and "not imported" not in out
-    assert "(status: the run ended 'error', not 'success'), and older than the line's newest" in out
+    assert "(status: the run ended 'error', not 'success'; re-run the task with inspect_ai" in out
+    assert "and older than the line's newest imported run" in out
     assert out.splitlines()[-1].startswith("2026-W42: PASS")

@@ -212,6 +212,7 @@ class TestMarkdownText:
         address stay as they are."""
         assert md_text("ping @team and @org/people") == "ping @\u200bteam and @\u200borg/people"
         assert md_text("digits@v2 a@b.c") == "digits@v2 a@b.c"
+        assert md_text("`@octocat") == "\\`@\u200boctocat"  # an escaped backtick is no code span
 
     def test_code_spans_hold_any_backticks(self) -> None:
         """An id with backticks is fenced by a longer run of them."""
