@@ -230,6 +230,13 @@ class Traffic(BaseModel):
 
     model_config = SETTINGS
     requests_per_day: float = Field(ge=0, allow_inf_nan=False)
+    latency_p99_ms: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="the latency a request may wait, at its 99th percentile: `evalsentry "
+        "profile` names the cheapest batch size within it",
+    )
 
 
 class ModelBinding(BaseModel):

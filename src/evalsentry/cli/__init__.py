@@ -38,6 +38,7 @@ def _typer_app() -> typer.Typer:
     from evalsentry.cli import (  # noqa: F401 (commands)
         evalsets,
         imports,
+        profile,
         project,
         registry,
         results,

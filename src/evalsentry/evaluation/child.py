@@ -112,12 +112,13 @@ def serve(fd: int, parent: int) -> None:
 def _serve_one(
     kind: str, job: dict[str, Any], evalsets: dict[str, Evalset], send: Callable[[object], None]
 ) -> None:
-    """Run one job: ``evaluate`` a checkpoint, ``time`` it, or ``predict`` live inputs."""
+    """Run one job: ``evaluate`` a checkpoint, ``time`` it, ``profile`` it, or ``predict``."""
     import torch
 
     from evalsentry.checkpoints.checkpoint import load_checkpoint
     from evalsentry.evalsets.inputs import shared_tensor
     from evalsentry.evaluation.inference import predict_classes, run_inference
+    from evalsentry.evaluation.profile import profile_batches
     from evalsentry.evaluation.speed import time_pair
 
     sys.path[:] = job["sys_path"]
@@ -144,6 +145,14 @@ def _serve_one(
                 loaded.model,
                 evalset,
                 device=job["device"],
+                budget_s=job["budget_s"],
+            )
+        elif kind == "profile":
+            result = profile_batches(
+                loaded.model,
+                evalset,
+                device=job["device"],
+                batch_sizes=job["batch_sizes"],
                 budget_s=job["budget_s"],
             )
         elif kind == "predict":

@@ -196,25 +196,24 @@ def load_arguments(
     }
 
 
-def time_isolated(
+def request_isolated(
+    kind: str,
     uri: str,
     load: dict[str, Any],
-    reference_uri: str,
-    reference_load: dict[str, Any],
     evalset: Evalset,
     *,
     device: str,
     timeout_s: float,
-    budget_s: float,
+    **extra: Any,
 ) -> Isolated:
-    """Time ``uri``'s checkpoint against ``reference_uri``'s in a child, within ``budget_s``.
+    """One job of ``kind`` on ``uri``'s checkpoint in a child: ``time`` it, or ``profile`` it.
 
-    Both load as :func:`evaluate_isolated` loads one (``load_arguments``); the answer's result is
-    a :class:`evalsentry.evaluation.speed.PairedTiming`. Raises as :func:`evaluate_isolated` does.
+    ``time``: against ``reference_uri`` (``reference_load``) within ``budget_s``, the result a
+    :class:`~evalsentry.evaluation.speed.PairedTiming`; ``profile``: ``batch_sizes`` within
+    ``budget_s``, a :class:`~evalsentry.evaluation.profile.ServingProfile`. Loaded as
+    :func:`evaluate_isolated` loads one (``load_arguments``); raises as it does.
     """
-    extra: dict[str, Any] = {"reference_uri": reference_uri, "reference_load": reference_load}
-    extra["budget_s"] = budget_s
-    return _request(_Request("time", uri, evalset, load, device, timeout_s, None, extra))
+    return _request(_Request(kind, uri, evalset, load, device, timeout_s, None, extra))
 
 
 def predict_isolated(
@@ -241,7 +240,7 @@ def predict_isolated(
 class _Request:
     """One job for a child: what to load and run, where, and how long it may take."""
 
-    kind: str  # evaluate | time | predict
+    kind: str  # evaluate | time | profile | predict
     uri: str
     evalset: Evalset
     load: dict[str, Any]  # load_checkpoint's keyword arguments (load_arguments)

@@ -118,15 +118,15 @@ def time_variant(
     """The variant timed against its parent in an evaluation child, within the timing budget.
 
     Raises:
-        as :func:`evalsentry.evaluation.isolation.time_isolated`.
+        as :func:`evalsentry.evaluation.isolation.request_isolated`.
     """
-    from evalsentry.evaluation.isolation import time_isolated
+    from evalsentry.evaluation.isolation import request_isolated
     from evalsentry.evaluation.timing import load_arguments_of
 
-    answer = time_isolated(
-        variant.uri, load_arguments_of(variant, config), parent.uri,
-        load_arguments_of(parent, config), evalset, device=device,
-        timeout_s=config.inference_timeout_s, budget_s=config.cost.timing_budget_s,
+    answer = request_isolated(
+        "time", variant.uri, load_arguments_of(variant, config), evalset, device=device,
+        timeout_s=config.inference_timeout_s, reference_uri=parent.uri,
+        reference_load=load_arguments_of(parent, config), budget_s=config.cost.timing_budget_s,
     )  # fmt: skip
     timing: PairedTiming = answer.result
     return timing

@@ -181,7 +181,7 @@ def check_slowdowns(
     """
     from evalsentry.checkpoints.registry import Registry
     from evalsentry.errors import RegistryError
-    from evalsentry.evaluation.isolation import failure_reason, time_isolated
+    from evalsentry.evaluation.isolation import failure_reason, request_isolated
     from evalsentry.evaluation.pipeline import Target
 
     registry = Registry(config.registry_url)
@@ -196,14 +196,15 @@ def check_slowdowns(
             continue
 
         try:
-            answer = time_isolated(
+            answer = request_isolated(
+                "time",
                 current.uri,
                 load_arguments_of(current, config),
-                reference.uri,
-                load_arguments_of(reference, config),
                 evalsets[row["evalset"]],
                 device=device,
                 timeout_s=config.inference_timeout_s,
+                reference_uri=reference.uri,
+                reference_load=load_arguments_of(reference, config),
                 budget_s=config.cost.timing_budget_s,
             )
         except Exception as exc:  # noqa: BLE001 - whatever failed, the check says it did not run

@@ -1,0 +1,142 @@
+"""A serving profile: throughput and latency percentiles of one checkpoint at several batch sizes.
+
+Measured in the evaluation's child process (:mod:`evalsentry.evaluation.isolation`), where the
+checkpoint's code runs, on the evalset's own inputs: for each batch size, one warm-up call,
+then calls of that many examples (rotating through the evalset, an evalset smaller than the
+batch repeated) each timed alone, a CUDA device synchronised around it, until the batch size's
+share of the budget is spent (at least :data:`MIN_CALLS` calls). The latency of a call is what
+a request served in that batch waits; the throughput is the examples served per second of
+calls. This is the plain PyTorch loop a server runs (``model(batch)`` under
+``torch.inference_mode``), so there is no harness overhead to subtract. Tensor evalsets only:
+a token evalset is refused (its per-token profile is not built yet).
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from evalsentry.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+    from evalsentry.evalsets.evalset import Evalset
+
+DEFAULT_BATCH_SIZES = (1, 8, 32, 128)
+DEFAULT_BUDGET_S = 10.0
+MIN_CALLS = 5
+MAX_CALLS = 2000
+
+
+@dataclass(frozen=True)
+class BatchProfile:
+    """One batch size's calls: each call's seconds, in the order made."""
+
+    batch_size: int
+    seconds: list[float]
+
+    def latency_ms(self, percentile: float) -> float:
+        """The ``percentile`` (50, 95, 99) of the calls' latencies, in milliseconds."""
+        return float(np.percentile(self.seconds, percentile)) * 1e3
+
+    @property
+    def throughput(self) -> float:
+        """Examples served per second of calls."""
+        return self.batch_size * len(self.seconds) / sum(self.seconds)
+
+
+@dataclass(frozen=True)
+class ServingProfile:
+    """A checkpoint's profile: each batch size's calls, where, and the peak memory."""
+
+    device: str
+    batches: list[BatchProfile]
+    peak_memory_bytes: int | None
+
+    def cheapest(self, p99_ms: float | None = None) -> BatchProfile | None:
+        """The batch size serving the most examples per second within a p99 latency budget.
+
+        Any batch size without ``p99_ms``; None when none is within it.
+        """
+        within = [b for b in self.batches if p99_ms is None or b.latency_ms(99) <= p99_ms]
+        return max(within, key=lambda b: b.throughput, default=None)
+
+
+def profile_batches(
+    model: torch.nn.Module,
+    evalset: Evalset,
+    *,
+    device: str,
+    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+    budget_s: float = DEFAULT_BUDGET_S,
+) -> ServingProfile:
+    """``model``'s calls at each batch size on the evalset's inputs, within ``budget_s``.
+
+    Raises:
+        UsageError: a token evalset (not profiled yet), or a batch size below 1.
+    """
+    import torch
+
+    from evalsentry.evaluation.inference import resolve_device, staged
+
+    if evalset.spec.inputs.is_tokens:
+        raise UsageError(
+            f"{evalset.spec.name}: a token evalset; the serving profile measures tensor inputs only "
+            "for now (a language model's per-token profile is not built yet)"
+        )
+    if not batch_sizes or min(batch_sizes) < 1:
+        raise UsageError(f"--batch-sizes {list(batch_sizes)}: give sizes of at least 1")
+    target = torch.device(resolve_device(device))
+    model = model.to(target).eval()
+    sample = staged(evalset, target)[0]
+    share = budget_s / len(batch_sizes)
+    if target.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(target)
+    profiles = [_calls(model, sample, size, target, share) for size in batch_sizes]
+    return ServingProfile(str(target), profiles, _peak_memory(target))
+
+
+def _calls(
+    model: torch.nn.Module, sample: torch.Tensor, size: int, target: torch.device, share: float
+) -> BatchProfile:
+    """One batch size's timed calls, after a warm-up call."""
+    import torch
+
+    rows = len(sample)
+    pool = sample if rows >= size else sample.repeat((math.ceil(size / rows),) + (1,) * (sample.dim() - 1))  # fmt: skip
+    starts = list(range(0, max(len(pool) - size, 0) + 1, size)) or [0]
+    seconds: list[float] = []
+    with torch.inference_mode():
+        model(pool[:size].to(target))  # warm-up: allocator, kernels, caches
+        began = time.perf_counter()
+        while len(seconds) < MAX_CALLS and (
+            len(seconds) < MIN_CALLS or time.perf_counter() - began < share
+        ):
+            start = starts[len(seconds) % len(starts)]
+            batch = pool[start : start + size]
+            if target.type == "cuda":
+                torch.cuda.synchronize(target)
+            tick = time.perf_counter()
+            model(batch.to(target, non_blocking=True))
+            if target.type == "cuda":
+                torch.cuda.synchronize(target)
+            seconds.append(time.perf_counter() - tick)
+    return BatchProfile(size, seconds)
+
+
+def _peak_memory(target: torch.device) -> int | None:
+    """Bytes: the device's peak allocation on CUDA; on CPU the child process's peak RSS."""
+    import torch
+
+    if target.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(target))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) * (1 if sys.platform == "darwin" else 1024)
