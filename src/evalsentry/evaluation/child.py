@@ -116,10 +116,6 @@ def _serve_one(
     import torch
 
     from evalsentry.checkpoints.checkpoint import load_checkpoint
-    from evalsentry.evalsets.inputs import shared_tensor
-    from evalsentry.evaluation.inference import predict_classes, run_inference
-    from evalsentry.evaluation.profile import profile_batches
-    from evalsentry.evaluation.speed import time_pair
 
     sys.path[:] = job["sys_path"]
     with contextlib.suppress(OSError):
@@ -138,34 +134,7 @@ def _serve_one(
         loaded = load_checkpoint(job["uri"], **job["load"])
         send(("loaded", loaded.lineage, loaded.sha256))
         phase = RUNNING
-        if kind == "time":
-            reference = load_checkpoint(job["reference_uri"], **job["reference_load"])
-            result: Any = time_pair(
-                reference.model,
-                loaded.model,
-                evalset,
-                device=job["device"],
-                budget_s=job["budget_s"],
-            )
-        elif kind == "profile":
-            result = profile_batches(
-                loaded.model,
-                evalset,
-                device=job["device"],
-                batch_sizes=job["batch_sizes"],
-                budget_s=job["budget_s"],
-            )
-        elif kind == "predict":
-            result = predict_classes(
-                loaded.model, shared_tensor(job["inputs"]), device=job["device"]
-            )
-        else:
-            result = run_inference(
-                loaded.model,
-                evalset,
-                device=job["device"],
-                progress=lambda done, total: send(("progress", done, total)),
-            )
+        result = _run(kind, job, loaded.model, evalset, send)
     except BrokenPipeError:
         raise
     except Exception as exc:  # noqa: BLE001 - every failure goes back as one line, with its traceback
@@ -173,3 +142,27 @@ def _serve_one(
         send(("failed", failure_reason(exc, phase), traceback.format_exc() if unexpected else ""))
         return
     send(("done", result))
+
+
+def _run(
+    kind: str, job: dict[str, Any], model: Any, evalset: Evalset, send: Callable[[object], None]
+) -> Any:
+    """The job's result: paired timing, a serving profile, live predictions or an evaluation."""
+    from evalsentry.checkpoints.checkpoint import load_checkpoint
+    from evalsentry.evalsets.inputs import shared_tensor
+    from evalsentry.evaluation.inference import predict_classes, run_inference
+    from evalsentry.evaluation.profile import profile_batches
+    from evalsentry.evaluation.speed import time_pair
+
+    device = job["device"]
+    if kind == "time":
+        reference = load_checkpoint(job["reference_uri"], **job["reference_load"])
+        return time_pair(reference.model, model, evalset, device=device, budget_s=job["budget_s"])
+    if kind == "profile":
+        sizes, budget = job["batch_sizes"], job["budget_s"]
+        return profile_batches(model, evalset, device=device, batch_sizes=sizes, budget_s=budget)
+    if kind == "predict":
+        return predict_classes(model, shared_tensor(job["inputs"]), device=device)
+    return run_inference(
+        model, evalset, device=device, progress=lambda done, total: send(("progress", done, total))
+    )
