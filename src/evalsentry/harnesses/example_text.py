@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 #: The most characters of each text kept per example.
 TEXT_CHARS = 200
 #: The per-example text columns, in the order they are shown.
@@ -25,12 +25,27 @@ TEXT_COLUMNS = ("doc_id", "question", "expected", "response")
 QUESTION_FIELDS = ("question", "query", "problem", "prompt", "input", "goal", "sentence", "text")
 
 
+def visible(text: str) -> str:
+    r"""``text`` with its control and invisible characters as escapes (``\x1b``, ``\u202e``).
+
+    Control characters (ESC, NUL) and those that reorder or hide text (bidi overrides,
+    zero-width marks): a log's text is shown, never acted on.
+    """
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def clip(value: Any) -> str:
     """``value`` as one line of at most :data:`TEXT_CHARS` characters (``…`` where cut).
 
-    A control character (ESC, NUL) is left as its escape: text to show, never to act on.
+    A control character (ESC, NUL) or an invisible one that reorders or hides text (a bidi
+    override, a zero-width mark) is left as its escape: text to show, never to act on.
     """
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", " ".join(str(value).split()))
+    text = visible(" ".join(str(value).split()))
     return text if len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1] + "…"
 
 

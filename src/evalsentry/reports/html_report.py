@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -20,6 +19,7 @@ from evalsentry.gate.content import GROUP_TASK
 from evalsentry.gate.pairs import align
 from evalsentry.gate.stats import flip_masks
 from evalsentry.gate.week import SEVERITY, GateReport, Verdict
+from evalsentry.harnesses.example_text import visible
 from evalsentry.history.frames import records
 from evalsentry.history.store import History
 from evalsentry.names import WEEKLY_RUN
@@ -61,14 +61,9 @@ def up_to(frame: pd.DataFrame, week: str) -> pd.DataFrame:
     return frame[frame["week"].isin(weeks_up_to(frame["week"], week))]
 
 
-#: Control characters (ESC, NUL, ...): shown as their escapes, never passed to the page.
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-
-
 def esc(value: object) -> str:
-    r"""``value`` as HTML text (None as nothing), a control character as ``\xNN``."""
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", "" if value is None else str(value))
-    return html.escape(text)
+    r"""``value`` as HTML text (None as nothing), control and invisible characters as ``\xNN``."""
+    return html.escape(visible("" if value is None else str(value)))
 
 
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
