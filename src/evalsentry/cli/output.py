@@ -66,12 +66,13 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[obje
 
 
 def visible(text: str) -> str:
-    """``text`` with each control character (ESC, NUL, ...) shown as its escape.
+    """``text`` with each control or format character shown as its escape.
 
-    A value from the data (a slice, a name in a log) never moves the cursor or recolours.
+    ESC, NUL, a bidi override, a zero-width mark: a value from the data (a slice, a name in a log) never moves the cursor, recolours, or
+    reorders what follows it.
     """
     return "".join(
-        repr(char)[1:-1] if unicodedata.category(char) == "Cc" else char for char in text
+        repr(char)[1:-1] if unicodedata.category(char) in ("Cc", "Cf") else char for char in text
     )
 
 
