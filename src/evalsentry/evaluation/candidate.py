@@ -200,10 +200,9 @@ def evaluate_candidate(
         from evalsentry.evaluation.isolation import prestart
 
         prestart()  # the library's inference runs in a child: torch loads meanwhile
-    outcomes, validations, comparisons = _evaluate_each(
+    target, outcomes, validations, comparisons = _evaluate_each(
         checkpoint, model, names, settings, steps, run_id, week, device
     )
-    target = _candidate_target(model, Path(checkpoint), settings.registry_url)
     comparisons += _serving(target, outcomes, comparisons, settings, steps, device)
     report = GateReport(week, comparisons, strict or settings.gate.strict)
     report = explain_candidate(history, report)  # what changed, model or data? (FAILs only)
@@ -220,10 +219,11 @@ def _evaluate_each(
     run_id: str,
     week: str,
     device: str,
-) -> tuple[list[Outcome], dict[str, dict[str, Any]], list[Comparison]]:
+) -> tuple[Target, list[Outcome], dict[str, dict[str, Any]], list[Comparison]]:
     """Check, evaluate and record the candidate on each evalset in turn, and gate each result.
 
-    Returns the outcomes, the validations and the comparisons. A failed evaluation stops it:
+    Returns the candidate as a target (its file hashed once), the outcomes, the validations
+    and the comparisons. A failed evaluation stops it:
     its ERROR verdict is recorded and :class:`CandidateNotEvaluated` raised.
     """
     from evalsentry.cost.meter import CostMeter
@@ -260,7 +260,7 @@ def _evaluate_each(
             comparisons += steps.gate(outcome.evaluation).comparisons
     finally:
         meter.close()
-    return outcomes, validations, comparisons
+    return target, outcomes, validations, comparisons
 
 
 def _serving(

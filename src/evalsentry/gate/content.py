@@ -127,6 +127,16 @@ def _task_renamed(
     return None
 
 
+def example_label(columns: Mapping[str, NDArray[Any]], row: int) -> str:
+    """How a person finds example ``row``: ``doc 17``, ``arith doc 17`` in a task group.
+
+    Without a doc id, the start of the example's id.
+    """
+    doc = str(columns["doc_id"][row]) if "doc_id" in columns else ""
+    name = f"doc {doc}" if doc else _short(str(columns["example_id"][row]), 16)
+    return f"{columns[GROUP_TASK][row]} {name}" if GROUP_TASK in columns else name
+
+
 def _named(columns: Mapping[str, NDArray[Any]], rows: NDArray[Any]) -> str:
     """The first :data:`NAMED` of ``rows`` as a person finds them: doc id or id, and question.
 
@@ -137,10 +147,7 @@ def _named(columns: Mapping[str, NDArray[Any]], rows: NDArray[Any]) -> str:
         rows = rows[np.lexsort((docs, np.char.str_len(docs.astype("U"))))]
     shown = []
     for row in rows[:NAMED].tolist():
-        doc = str(columns["doc_id"][row]) if "doc_id" in columns else ""
-        name = f"doc {doc}" if doc else _short(str(columns["example_id"][row]), 16)
-        if GROUP_TASK in columns:  # a task group's example: which subtask's document
-            name = f"{columns[GROUP_TASK][row]} {name}"
+        name = example_label(columns, row)
         question = str(columns["question"][row]) if "question" in columns else ""
         shown.append(f"{name} {_short(question, QUESTION_CHARS)!r}" if question else name)
     more = len(rows) - NAMED

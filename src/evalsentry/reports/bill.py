@@ -143,7 +143,7 @@ def lifetime(history: History, config: Config, until: str | None = None) -> Life
         rows = rows[rows["week"].isin(weeks_up_to(rows["week"], until))]
     lines = line_bills(rows, config, rates)
     notes += [note for line in lines if (note := _token_note(line))]
-    weighed = levers(history, until)
+    weighed = levers(history, until, evaluations)
     words = [lever.in_words(config) for lever in weighed]
     return Lifetime(rows, lines, notes, words, lever_rows(weighed, config))
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from evalsentry.cost import units
-from evalsentry.gate.content import GROUP_TASK
+from evalsentry.gate.content import example_label
 from evalsentry.gate.pairs import align
 from evalsentry.gate.stats import flip_masks
 from evalsentry.gate.week import SEVERITY, GateReport, Verdict
@@ -156,10 +156,7 @@ def _flip_texts(
         return []
     rows: list[list[object]] = []
     for i in np.flatnonzero(newly_wrong)[:FLIP_IDS_SHOWN]:
-        doc = cur["doc_id"][i] if "doc_id" in cur else ""
-        label = f"doc {doc}" if doc else str(cur["example_id"][i])[:16]
-        if GROUP_TASK in cur:  # a task group's example: which subtask's document
-            label = f"{cur[GROUP_TASK][i]} {label}"
+        label = example_label(cur, int(i))
         texts = [cur[c][i] if c in cur else "" for c in ("question", "expected", "response")]
         rows.append([label, *texts, ref["response"][i] if "response" in ref else ""])
     return rows

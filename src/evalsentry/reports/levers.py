@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 from evalsentry.evaluation.serving import CHEAPER, COST_HELD, COSTLIER, METHOD
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from evalsentry.config import Config
     from evalsentry.history.store import History
 
@@ -84,8 +86,14 @@ class Lever:
         return f"{name} {verb} {per} at the declared traffic ({self.verdict}, {self.week})"
 
 
-def levers(history: History, until: str | None = None) -> list[Lever]:
-    """Each weighed variant's newest row, by line and version (to ``until``'s week only)."""
+def levers(
+    history: History, until: str | None = None, evaluations: pd.DataFrame | None = None
+) -> list[Lever]:
+    """Each weighed variant's newest row, by line and version (to ``until``'s week only).
+
+    ``evaluations``: the history's evaluation rows where the caller has read them already
+    (each row's device prices its serving).
+    """
     import pandas as pd
 
     from evalsentry.weeks import weeks_up_to
@@ -96,7 +104,8 @@ def levers(history: History, until: str | None = None) -> list[Lever]:
         rows = rows[rows["week"].isin(weeks_up_to(rows["week"], until))]
     if rows.empty:
         return []
-    devices = history.evaluations(include_superseded=True).set_index("evaluation_id")["device"]
+    rows_read = history.evaluations() if evaluations is None else evaluations
+    devices = rows_read.set_index("evaluation_id")["device"]
     newest = rows.sort_values("created_at").groupby(["model", "version"]).tail(1)
     found = []
     for row in newest.itertuples():

@@ -71,3 +71,34 @@ def test_the_cheapest_batch_size_within_a_budget() -> None:
     found = ServingProfile("cpu", [small, large], None)
     assert found.cheapest() is large and found.cheapest(5.0) is large
     assert found.cheapest(2.0) is small and found.cheapest(0.5) is None
+
+
+def test_a_variant_is_profiled_with_its_transform_and_weighed_or_said_not(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The int8 variant of v1 is profiled as it serves; evaluated with its parent's file gone,
+    its cost is said not weighed (a WARN naming why), never left out."""
+    assert main(["register", "--variant-of", "toy@v1", "--transform", "dynamic-int8"]) == 0
+    capsys.readouterr()
+    args = [
+        "profile",
+        "--model",
+        "toy",
+        "--version",
+        "2",
+        "--batch-sizes",
+        "4",
+        "--budget-s",
+        "0.5",
+    ]
+    assert main(args) == 0
+    assert capsys.readouterr().out.startswith("Serving profile of toy@v2 on toy (cpu)")
+    (project / "teacher.pt").unlink()
+    assert main(["evaluate", "--model", "toy", "--version", "2"]) in (0, 1)
+    out = capsys.readouterr().out
+    said = re.search(
+        r"WARN \(report only\) +toy@v2 +toy +microseconds_per_example +production .*toy@v2 "
+        r"\(dynamic-int8 of v1\): cost not weighed: paired timing against v1 could not run: ",
+        out,
+    )
+    assert said, out
