@@ -115,6 +115,8 @@ def check_leaks(
     if jaccard is not None:
         check_jaccard(jaccard)  # refused for any evalset: a setting never silently unused
     table = read_training(train) if table is None else table
+    if table.num_rows == 0:  # nothing compared is never "checked, nothing found"
+        raise EvalsetError(f"no training rows at {train}: give the data the line was trained on")
     where = train
     try:
         if isinstance(evalset.inputs, TokenInputs):
@@ -133,7 +135,8 @@ def check_leaks(
                 evalset, mine, inputs_array(table, evalset.spec.inputs, where), decimals
             )
             method = f"exact rows, and near ones after rounding to {decimals} decimal place(s)"
-    except (KeyError, pa.ArrowInvalid) as exc:
+    except (KeyError, pa.ArrowInvalid, ValueError, TypeError) as exc:
+        # a missing column, or one whose values the evalset's inputs cannot be (text for numbers)
         raise EvalsetError(f"{train}: does not hold {evalset.spec.name}'s inputs ({exc})") from None
     except EvalsetError as exc:  # the inputs' own refusal, whose fix is an evalset's
         said = str(exc).rsplit("; ", 1)[0]
@@ -158,7 +161,7 @@ def read_training(source: str) -> pa.Table:
         files = [path]
     if not files or not all(f.is_file() for f in files):
         raise EvalsetError(
-            f"{source}: no training data there (a Parquet or CSV file, a folder or a glob of them)"
+            f"no training data at {source} (give a Parquet or CSV file, a folder or a glob of them)"
         )
     try:
         tables = [pv.read_csv(f) if f.suffix == ".csv" else pq.read_table(f) for f in files]

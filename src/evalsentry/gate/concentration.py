@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from evalsentry.gate.flips import Flips, flips_of
-from evalsentry.gate.slices import slice_columns
+from evalsentry.gate.slices import slice_columns, slice_masks
+from evalsentry.gate.stats import holm
 
 if TYPE_CHECKING:
     from evalsentry.history.store import History
@@ -114,10 +115,8 @@ def _groups(current: dict[str, Any], right: np.ndarray) -> list[_Group]:
     target = np.asarray(current["target"])[right]
     classes = np.unique(target)
     groups = [_Group("class", str(c), target == c) for c in classes] if len(classes) > 1 else []
-    for name, values in slice_columns(current).items():
-        labels = np.asarray(values).astype(str)[right]
-        groups += [_Group("slice", f"{name}={v}", labels == v) for v in np.unique(labels)]
-    return groups
+    masks = [(name, mask[right]) for name, mask in slice_masks(slice_columns(current))]
+    return groups + [_Group("slice", name, mask) for name, mask in masks if mask.any()]
 
 
 def _adjusted(groups: list[_Group], newly_wrong: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -126,7 +125,7 @@ def _adjusted(groups: list[_Group], newly_wrong: np.ndarray) -> tuple[np.ndarray
     hits = np.array([int(newly_wrong[g.mask].sum()) for g in groups])
     sizes = np.array([int(g.mask.sum()) for g in groups])
     tails = [_upper_tail(int(h), total, int(k), flips) for h, k in zip(hits, sizes, strict=True)]
-    return _holm(np.array(tails, dtype=np.float64)), hits * total > flips * sizes
+    return np.asarray(holm(tails), dtype=np.float64), hits * total > flips * sizes
 
 
 def _hits(groups: list[_Group], kind: str, names: tuple[str, ...], newly_wrong: np.ndarray) -> int:
@@ -169,12 +168,3 @@ def _upper_tail(hits: int, total: int, in_class: int, drawn: int) -> float:
 def _log_choose(n: int, k: np.ndarray) -> np.ndarray:
     lgamma = np.vectorize(math.lgamma, otypes=[np.float64])
     return np.asarray(math.lgamma(n + 1) - lgamma(k + 1) - lgamma(n - k + 1), dtype=np.float64)
-
-
-def _holm(p_values: np.ndarray) -> np.ndarray:
-    """Holm's step-down adjustment of ``p_values`` (family-wise error)."""
-    order = np.argsort(p_values)
-    steps = (len(p_values) - np.arange(len(p_values))) * p_values[order]
-    adjusted = np.empty_like(steps)
-    adjusted[order] = np.minimum(np.maximum.accumulate(steps), 1.0)
-    return np.asarray(adjusted, dtype=np.float64)

@@ -99,8 +99,30 @@ def test_csv_training_data_and_data_without_the_inputs(
     )  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and str(root / "other.parquet") in err[0]
-    with pytest.raises(EvalsetError, match="no training data there"):
+    with pytest.raises(EvalsetError, match="no training data at "):
         check_leaks(load_evalset(root / "evalsets" / "rows"), str(root / "missing.parquet"))
+
+
+def test_empty_or_textual_training_data_is_one_line_never_nothing_found(
+    tabular: tuple[Path, np.ndarray, np.ndarray], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No row is no check (never "checked, nothing found"); text where the inputs are numbers
+    is the file's fault, said in one line, exit 2."""
+    root, _, _ = tabular
+    table = pq.read_table(root / "train.parquet")
+    pq.write_table(table.slice(0, 0), root / "empty.parquet")
+    words = table.set_column(
+        table.schema.get_field_index("f3"), "f3", pa.array(["x"] * table.num_rows)
+    )
+    pq.write_table(words, root / "words.parquet")
+    rows = load_evalset(root / "evalsets" / "rows")
+    with pytest.raises(EvalsetError, match="no training rows at "):
+        check_leaks(rows, str(root / "empty.parquet"))
+    for name in ("empty", "words"):
+        args = ["evalset", "leak-check", "rows", "--train", str(root / f"{name}.parquet")]
+        assert main([*args, "--config", str(root / "evalsentry.yaml")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{name}.parquet" in err[0], err
 
 
 def _shingles(ids: list[int]) -> set[tuple[int, ...]]:
