@@ -127,10 +127,11 @@ def run_tokens(
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--train-rows", type=int, default=1_000_000)
-    parser.add_argument("--eval-rows", type=int, default=100_000)
+    parser.add_argument("--train-rows", type=int, help="default: 1,000,000 rows; 100,000 texts")
+    parser.add_argument("--eval-rows", type=int, help="default: 100,000 rows; 10,000 texts")
     parser.add_argument("--tokens", action="store_true", help="token texts (MinHash LSH, 13-grams)")
     args = parser.parse_args()
     measure = run_tokens if args.tokens else run
-    for key, value in measure(args.train_rows, args.eval_rows).items():
+    sizes = {k: v for k, v in (("train_rows", args.train_rows), ("eval_rows", args.eval_rows)) if v}
+    for key, value in measure(**sizes).items():
         print(f"{key:45s} {value:14.3f}")
