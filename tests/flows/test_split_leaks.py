@@ -102,7 +102,7 @@ def test_register_checks_the_line_s_evalsets_for_its_training_data_at_once(
     assert main(["register", good, "--model", "toy-other", "--new-model", *config]) == 0
     registered, said = capsys.readouterr().out.splitlines()
     assert registered.startswith("registered toy-other@v1 (candidate)")
-    assert said.startswith(f"WARN split-leak check of toy not run: {root / 'missing.parquet'}: ")
+    assert said.startswith(f"WARN split-leak check of toy not run: no training data at {root / 'missing.parquet'} ")
     # Registering a file again registers nothing, and checks nothing.
     assert main(["register", good, "--model", "toy-other", *config]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
