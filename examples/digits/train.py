@@ -38,6 +38,28 @@ def load_train(path: Path = DATA) -> tuple[torch.Tensor, torch.Tensor]:
     return images, torch.from_numpy(table.column("label").to_numpy().copy())
 
 
+def split(
+    rng: np.random.Generator,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Images, labels, and the shuffled indices to fit on and to hold out (10%) for validation."""
+    images, labels = load_train()
+    order = torch.from_numpy(rng.permutation(len(labels)))
+    n_val = int(len(labels) * VALIDATION_FRACTION)
+    return images, labels, order[n_val:], order[:n_val]
+
+
+def validation(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+    """``val_accuracy`` and ``val_loss`` of ``model`` (put in eval mode) on the held-out split."""
+    model.eval()
+    with torch.inference_mode():
+        logits = model(images)
+        loss = float(nn.functional.cross_entropy(logits, labels))
+        return {
+            "val_accuracy": float((logits.argmax(1) == labels).float().mean()),
+            "val_loss": loss,
+        }
+
+
 def train(
     out: Path,
     *,
@@ -56,10 +78,7 @@ def train(
     """
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    images, labels = load_train()
-    order = torch.from_numpy(rng.permutation(len(labels)))
-    n_val = int(len(labels) * VALIDATION_FRACTION)
-    val, fit = order[:n_val], order[n_val:]
+    images, labels, fit, val = split(rng)
     fit_labels = labels[fit].clone()
     for cls in corrupt_classes:
         hit = torch.nonzero(fit_labels == cls).flatten()
@@ -77,11 +96,6 @@ def train(
                 loss = loss_fn(model(images[fit][batch]), fit_labels[batch])
                 loss.backward()
                 optimizer.step()
-    model.eval()
-    with torch.inference_mode():
-        logits = model(images[val])
-        val_loss = float(loss_fn(logits, labels[val]))
-        val_acc = float((logits.argmax(1) == labels[val]).float().mean())
     config = {
         "epochs": epochs,
         "lr": lr,
@@ -93,7 +107,7 @@ def train(
     return evalsentry.save_checkpoint(
         model,
         out,
-        metrics={"val_accuracy": val_acc, "val_loss": val_loss},
+        metrics=validation(model, images[val], labels[val]),
         config=config,
         seed=seed,
         data=_data_seen(out, fit, fit_labels, labels),

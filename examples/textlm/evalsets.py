@@ -142,3 +142,21 @@ def cloze_rows(
             "topic": pa.array(table["topic"], pa.string()),
         }
     )
+
+
+def freeze_perplexity(evalsets_dir: Path, name: str = "text") -> None:
+    """Freeze :func:`lm_rows` as the evalset ``name`` (byte ids, scored token by token)."""
+    from evalsentry.evalsets.evalset import InputsSpec
+    from evalsentry.evalsets.freeze import freeze_evalset
+    from examples.textlm.model import PAD_ID, TinyCausalLM
+
+    freeze_evalset(
+        lm_rows(),
+        Path(evalsets_dir) / name,
+        name=name,
+        task="language_modeling",
+        target="input_ids",
+        inputs=InputsSpec(tokens="input_ids", pad_id=PAD_ID, max_length=TinyCausalLM().context),
+        id_column="id",
+        slices=["topic"],
+    )

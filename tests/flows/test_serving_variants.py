@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import shutil
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -12,10 +14,12 @@ from evalsentry.checkpoints.checkpoint import load_checkpoint
 from evalsentry.checkpoints.registry import Registry
 from evalsentry.cli import main
 from evalsentry.history.store import History
+from evalsentry.weeks import iso_week, now_utc
 from tests.models import TRUST
 from tests.unit.cli.test_cli_variants import project
 
 __all__ = ["project"]  # the fixture: toy@v1 registered as production
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_variant_is_built_from_its_parent_listed_under_it_and_evaluated(
@@ -96,3 +100,83 @@ def test_a_variant_is_built_from_its_parent_listed_under_it_and_evaluated(
     timed = [line for line in out.splitlines() if row_re.search(line)]
     assert len(timed) == 1, out
     assert re.search(r"\d+\.\d+x the time per example of v1 on cpu", timed[0]), timed[0]
+
+
+@pytest.fixture
+def digits_students(
+    tmp_path: Path, pinned_git: str, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Path]:
+    """A digits project: the CNN as production, its distilled student and a damaged student.
+
+    Trained with the example's own code, briefly: what is tested is how they are weighed.
+    """
+    from examples.digits.distill import distill
+    from examples.digits.train import train
+
+    shutil.copytree(ROOT / "evalsets" / "digits", tmp_path / "evalsets" / "digits")
+    (tmp_path / "evalsentry.yaml").write_text(
+        "store: store\nregistry: registry\nevalsets: evalsets\n"
+        "trusted_factories: [examples.digits.model]\n"
+        "traffic:\n  digits: {requests_per_day: 1000000}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "checkpoints"
+    teacher = train(out / "teacher.pt", seed=1, epochs=4)
+    return {
+        "teacher": teacher,
+        "student": distill(teacher, out / "student.pt", seed=1, epochs=8),
+        "damaged": distill(teacher, out / "damaged.pt", seed=1, epochs=8, round_bits=2),
+        "orphan": distill(train(out / "other.pt", seed=2, epochs=1), out / "orphan.pt", epochs=1),
+    }
+
+
+def test_a_distilled_student_is_weighed_against_its_teacher_and_damage_fails_though_cheaper(
+    digits_students: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The student's lineage names its teacher's file: listed under it, its quality gated
+    against production and its cost timed against the teacher; rounded to 2 bits it is as
+    cheap and reads FAIL; one whose teacher is not registered says the cost was not weighed."""
+    files = digits_students
+    register = ["register", "--model", "digits"]
+    assert main([*register, str(files["teacher"]), "--stage", "production", "--new-model"]) == 0
+    for name in ("student", "damaged", "orphan"):
+        assert main([*register, str(files[name])]) == 0
+    week = iso_week(now_utc())
+    assert main(["run", "--week", iso_week(now_utc() - timedelta(days=7))]) == 0
+    capsys.readouterr()
+    assert main(["registry", "list"]) == 0
+    rows = [line.split()[:3] for line in capsys.readouterr().out.splitlines() if "digits@v" in line]
+    assert rows[:3] == [
+        ["digits@v1", "production", "digits"],
+        ["digits@v2", "v1", "student"],
+        ["digits@v3", "v1", "student"],
+    ]
+    assert rows[3][:3] == ["digits@v4", "student", "(teacher"]  # not registered: said so
+
+    assert main(["evaluate", "--model", "digits", "--version", "3"]) == 1
+    out = capsys.readouterr().out
+    damaged = re.search(
+        r"FAIL \(report only\) +digits@v3 +digits +microseconds_per_example .*digits@v3 "
+        r"\(student of v1\): quality not held \(accuracy -\d+\.\d\d pts vs production, margin "
+        r"1\.00 pts\); cost not weighed: (0\.\d\d)x the time per example",
+        out,
+    )
+    assert damaged, out  # cheaper (a narrower network), and still a FAIL
+    assert main(["evaluate", "--model", "digits", "--version", "2"]) in (0, 1)
+    out = capsys.readouterr().out
+    weighed = re.search(r"digits@v2 \(student of v1\): .*?(\d+\.\d\d)x the time per example", out)
+    assert weighed and float(weighed.group(1)) < 1, out
+    assert main(["evaluate", "--model", "digits", "--version", "4"]) == 1  # a poor model too
+    out = capsys.readouterr().out
+    assert re.search(
+        r"WARN \(report only\) +digits@v4 .*digits@v4 \(student\): cost not weighed: its teacher "
+        r"\(sha256 [0-9a-f]{12}\) is no registered version of digits; register the teacher",
+        out,
+    ), out
+
+    # The week's report weighs each lever beside the bill: the damaged student saves nothing.
+    assert main(["run"]) == 0
+    report = (Path("store") / "reports" / f"weekly-eval-{week}.md").read_text()
+    levers = report[report.index("### Serving levers") :]
+    assert re.search(rf"\| digits@v3 \(student\) \| v1 \| FAIL \| {week} \| .* \| not weighed \|", levers)
+    assert "| digits@v2 (student) | v1 |" in levers

@@ -27,8 +27,8 @@ from evalsentry.flows.weekly_eval import weekly_eval
 from evalsentry.gate.week import gate_week
 from evalsentry.history.store import History
 from examples.textlm import tagger
-from examples.textlm.evalsets import cloze_rows, lm_rows
-from examples.textlm.model import PAD_ID, TinyCausalLM
+from examples.textlm.evalsets import cloze_rows, freeze_perplexity
+from examples.textlm.model import PAD_ID
 from examples.textlm.train import SMALL
 from examples.textlm.train import train as train_lm
 from tests.flows.test_one_truth import check_one_story
@@ -52,17 +52,7 @@ WEEKS = ("2026-W45", "2026-W46", "2026-W47")
 
 def freeze_text(evalsets: Path) -> None:
     """The text example's perplexity and cloze evalsets, and the tagger's held-out passages."""
-    byte_ids = {"tokens": "input_ids", "pad_id": PAD_ID, "max_length": TinyCausalLM().context}
-    freeze_evalset(
-        lm_rows(),
-        evalsets / "text",
-        name="text",
-        task="language_modeling",
-        target="input_ids",
-        inputs=InputsSpec(**byte_ids),  # type: ignore[arg-type]
-        id_column="id",
-        slices=["topic"],
-    )
+    freeze_perplexity(evalsets, "text")
     freeze_evalset(
         cloze_rows(rows=300),
         evalsets / "cloze",

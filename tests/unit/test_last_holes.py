@@ -81,6 +81,8 @@ class TestLineageValues:
             ({"config": {"lr": float("nan")}}, "lineage.config.lr: nan is not a reproducible"),
             ({"config": {"x": shared_bomb()}}, "lineage.config: too large written out"),
             ({"config": {"x": deep(3_000)}}, "lineage.config: nested more than 32 deep"),
+            ({"teacher": "teacher.pt"}, "lineage.teacher: expected {sha256: <64 hex digits>}"),
+            ({"teacher": {"sha256": "ab" * 31}}, "lineage.teacher: expected {sha256: <64 hex"),
         ],
         ids=[
             "seed text",
@@ -92,6 +94,8 @@ class TestLineageValues:
             "nan",
             "bomb",
             "deep",
+            "teacher a path",
+            "teacher short sha",
         ],
     )
     def test_75_a_lineage_value_of_the_wrong_type_or_size_is_refused_at_register(

@@ -52,7 +52,7 @@ from evalsentry.errors import (
     StateDictMismatch,
     exception_line,
 )
-from evalsentry.storage import filesystem, write_atomic
+from evalsentry.storage import filesystem, sha256_file, write_atomic
 from evalsentry.trust import Trust, import_factory
 
 if TYPE_CHECKING:
@@ -132,6 +132,7 @@ def save_checkpoint(
     repo: str | os.PathLike[str] | None = None,
     training: TrainingRun | Mapping[str, Any] | None = None,
     transform: str | None = None,
+    teacher: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Write ``{model_state_dict, optimizer_state_dict?, metrics, lineage}`` atomically; its path.
 
@@ -152,6 +153,9 @@ def save_checkpoint(
         training: what training cost (``track_training``'s run after its block, or a mapping of
             its fields); recorded as ``lineage["training_cost"]``.
         transform: the ``apply_transform`` that ``model`` went through; kept in lineage.model.
+        teacher: the checkpoint ``model`` was distilled from; its sha256 is recorded as
+            ``lineage["teacher"]``, so the student is weighed against the teacher's registered
+            version for quality and serving cost (:mod:`evalsentry.evaluation.serving`).
 
     Raises:
         BadTrainingData: ``data`` names no training data.
@@ -175,13 +179,22 @@ def save_checkpoint(
         repo=repo,
     )
     pinned = lineage["model"] | ({} if transform is None else {"transform": transform})
-    lineage |= {"model": pinned} | _cost_field(cost)
+    lineage |= {"model": pinned} | _cost_field(cost) | _teacher_field(teacher)
     return _write_payload(path, state, metrics, lineage, optimizer)
 
 
 def _cost_field(cost: dict[str, Any] | None) -> dict[str, Any]:
     """``{"training_cost": cost}``, or nothing when training cost was not given."""
     return {} if cost is None else {"training_cost": cost}
+
+
+def _teacher_field(teacher: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """``{"teacher": {"sha256": ...}}`` naming the file a student was distilled from."""
+    if teacher is None:
+        return {}
+    if not Path(teacher).is_file():
+        raise CheckpointNotFound(Path(teacher))
+    return {"teacher": {"sha256": sha256_file(Path(teacher))[0]}}
 
 
 def _training_cost(training: TrainingRun | Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -248,7 +248,8 @@ class LineageInvalid(UsageError):
 def check_lineage_values(where: object, lineage: Mapping[str, Any]) -> None:
     """Check each lineage field's type and size, so what is recorded can always be stored.
 
-    ``git_sha`` and ``data_sha`` are hex text; ``git_dirty`` true, false or null; ``seed`` an
+    ``git_sha`` and ``data_sha`` are hex text; ``teacher`` (a distilled student's) names a
+    sha256; ``git_dirty`` true, false or null; ``seed`` an
     integer within int64, or null; ``config`` and ``model.kwargs`` JSON-safe mappings with text
     keys and finite numbers, at most ``MAX_LINEAGE_DEPTH`` deep and ``MAX_LINEAGE_NODES``
     values (``MAX_LINEAGE_CHARS`` characters) when written out: counted on the structure as
@@ -279,10 +280,21 @@ def check_lineage_values(where: object, lineage: Mapping[str, Any]) -> None:
         value = lineage.get(field)
         if value is not None and (not isinstance(value, str) or len(value) > 200):
             raise LineageInvalid(where, field, f"expected short text, got {_shown(value)}")
+    teacher = lineage.get("teacher")
+    if teacher is not None and not (
+        isinstance(teacher, Mapping) and _is_sha256(teacher.get("sha256"))
+    ):
+        raise LineageInvalid(
+            where, "teacher", f"expected {{sha256: <64 hex digits>}}, got {_shown(teacher)}"
+        )
     _check_tree(where, "config", lineage.get("config"))
     model = lineage.get("model")
     if isinstance(model, Mapping) and model.get("kwargs") is not None:
         _check_tree(where, "model.kwargs", model["kwargs"])
+
+
+def _is_sha256(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and not set(value) - _HEX
 
 
 def _shown(value: Any) -> str:

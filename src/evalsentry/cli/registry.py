@@ -22,6 +22,8 @@ from evalsentry.cli.output import echo, print_table
 from evalsentry.errors import EvalsentryError, UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from evalsentry.checkpoints.registry import Registration, RegistryEntry
     from evalsentry.config import Config
 
@@ -298,13 +300,22 @@ def registry_list(
     from evalsentry.evaluation.planning import binding_text
 
     settings = _config(config)
-    entries = sorted(Registry(settings.registry_url).list(model), key=_beside_parent)
+    listed = Registry(settings.registry_url).list(model)
+    by_sha = {(e.model, e.sha256): e.version for e in listed}
+    made = {e.ref: _made_from(e, {s: v for (m, s), v in by_sha.items() if m == e.model}) for e in listed}  # fmt: skip
+
+    def beside_parent(e: RegistryEntry) -> tuple[str, int, int]:
+        """Each variant or student right after the version it was made from."""
+        parent = made[e.ref]
+        return (e.model, e.version, 0) if parent is None else (e.model, parent[0], e.version)
+
+    entries = sorted(listed, key=beside_parent)
     weeks = _last_weeks(settings, model)
     available = list_evalsets(settings.evalsets_dir)
     rows = [
         [
             e.ref,
-            _variant_text(e),
+            _variant_text(made[e.ref], e),
             e.stage,
             binding_text(e.model, settings, available),
             weeks.get((e.model, e.version), "-"),
@@ -336,23 +347,23 @@ def registry_list(
     print_table("Registered checkpoints", columns, rows)
 
 
-def _beside_parent(entry: RegistryEntry) -> tuple[str, int, int]:
-    """Sort key listing each variant right after the version it is a variant of."""
-    parent = entry.lineage.get("variant_of")
+def _made_from(entry: RegistryEntry, by_sha: Mapping[str, int]) -> tuple[int, str] | None:
+    """``(2, "dynamic-int8")`` for a variant of v2, ``(2, "student")`` for a student of v2."""
+    parent, teacher = entry.lineage.get("variant_of"), entry.lineage.get("teacher")
     if isinstance(parent, dict) and isinstance(parent.get("version"), int):
-        return entry.model, parent["version"], entry.version
-    return entry.model, entry.version, 0
+        return parent["version"], str(entry.lineage["model"].get("transform"))
+    if isinstance(teacher, dict) and teacher.get("sha256") in by_sha:
+        return by_sha[teacher["sha256"]], "student"
+    return None
 
 
-def _variant_text(entry: RegistryEntry) -> str:
-    """``v2 dynamic-int8`` for a variant of v2; empty for a version of its own."""
-    transform = entry.lineage["model"].get("transform")
-    parent = entry.lineage.get("variant_of")
-    if transform is None:
-        return ""
-    if isinstance(parent, dict) and "version" in parent:
-        return f"v{parent['version']} {transform}"
-    return str(transform)
+def _variant_text(made: tuple[int, str] | None, entry: RegistryEntry) -> str:
+    """``v2 dynamic-int8`` for a variant of v2, ``v2 student``; empty for a version of its own."""
+    if made is not None:
+        return f"v{made[0]} {made[1]}"
+    if entry.lineage.get("teacher") is not None:
+        return "student (teacher not registered)"
+    return str(entry.lineage["model"].get("transform") or "")
 
 
 @registry_app.command("show")

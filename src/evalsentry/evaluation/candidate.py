@@ -271,7 +271,9 @@ def _serving(
     steps: CandidateSteps,
     device: str,
 ) -> list[Comparison]:
-    """A serving variant's one verdict on quality and cost (:mod:`.serving`); [] for others.
+    """A serving variant's or student's one verdict on quality and cost (:mod:`.serving`).
+
+    [] for any other candidate.
 
     Timed against the version it is a variant of on the first evalset; a timing that could not
     run is a WARN saying so (the cost was not weighed), never silence.
@@ -279,21 +281,32 @@ def _serving(
     from evalsentry.checkpoints.registry import Registry
     from evalsentry.evaluation.isolation import failure_reason
     from evalsentry.evaluation.pipeline import Target
-    from evalsentry.evaluation.serving import parent_version, time_variant, weigh
+    from evalsentry.evaluation.serving import (
+        TeacherNotRegistered,
+        time_variant,
+        weigh,
+        weighed_against,
+    )
     from evalsentry.evaluation.timing import serving_bill
     from evalsentry.gate.pairs import owner
     from evalsentry.gate.verdicts import Comparison, Reference, Verdict
     from evalsentry.names import TIMING_METRIC
 
-    version = parent_version(target)
-    if version is None or not outcomes or settings.registry_url is None:
+    if not outcomes or settings.registry_url is None:
         return []
-    row = outcomes[0].evaluation
-    transform = (target.pinned_model or {}).get("transform") or "variant"
-    label = f"{target.label} ({transform} of v{version})"
+    registry, row = Registry(settings.registry_url), outcomes[0].evaluation
+    try:
+        against = weighed_against(target, registry.list(target.model))
+    except TeacherNotRegistered as exc:
+        said = f"{target.label} (student): cost not weighed: {exc}"
+        return [Comparison(**owner(row), reference=Reference.PRODUCTION, metric=TIMING_METRIC, verdict=Verdict.WARN, reason=said, gating=False)]  # fmt: skip
+    if against is None:
+        return []
+    version, what = against
+    label = f"{target.label} ({what} of v{version})"
     whose = {**owner(row), "reference_version": version}
     try:
-        parent = Target.from_entry(Registry(settings.registry_url).show(target.model, version))
+        parent = Target.from_entry(registry.show(target.model, version))
         evalset = steps.load(str(row["evalset"]), settings.evalsets_dir)
         timing = time_variant(target, parent, evalset, settings, device)
     except Exception as exc:  # noqa: BLE001 - whatever failed, the row says cost was not weighed

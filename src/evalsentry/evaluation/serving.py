@@ -1,7 +1,8 @@
 """One verdict for quality and cost: is a serving variant as good, and is it cheaper.
 
-``evalsentry evaluate --version N`` of a serving variant (``register --variant-of``) gates its
-quality as for any candidate, then times it against the version it is a variant of, paired in
+``evalsentry evaluate --version N`` of a serving variant (``register --variant-of``), or of a
+distilled student (its lineage names its ``teacher``), gates its quality as for any candidate,
+then times it against the version it is a variant (or student) of, paired in
 one process (:mod:`evalsentry.evaluation.timing`'s ABBA rounds), and weighs both in one row of
 the report (metric ``microseconds_per_example``, never gating on its own):
 
@@ -25,6 +26,7 @@ from evalsentry.gate.verdicts import SEVERITY, Comparison, Reference, Verdict
 from evalsentry.names import TIMING_METRIC
 
 if TYPE_CHECKING:
+    from evalsentry.checkpoints.registry import RegistryEntry
     from evalsentry.config import Config
     from evalsentry.evalsets.evalset import Evalset
     from evalsentry.evaluation.pipeline import Target
@@ -32,14 +34,39 @@ if TYPE_CHECKING:
     from evalsentry.evaluation.timing import ServingBill
 
 CHEAPER, COSTLIER, COST_HELD = "CHEAPER", "COSTLIER", "COST HELD"
+#: What a distilled student is of its teacher, where a variant names its transform.
+STUDENT = "student"
 METHOD = "paired timing and quality"
 
 
-def parent_version(target: Target) -> int | None:
-    """The version ``target`` is a serving variant of (its lineage's ``variant_of``), if any."""
-    made = (target.lineage or {}).get("variant_of")
-    version = made.get("version") if isinstance(made, dict) else None
-    return int(version) if isinstance(version, int) else None
+class TeacherNotRegistered(LookupError):
+    """A student names a teacher that no version of its line holds."""
+
+
+def weighed_against(target: Target, line: Sequence[RegistryEntry]) -> tuple[int, str] | None:
+    """The version ``target`` is weighed against, and what it is of it; None for neither.
+
+    A serving variant (lineage ``variant_of``) is its transform of that version
+    (``(2, "dynamic-int8")``); a distilled student (lineage ``teacher``) is the ``student`` of
+    the version of its line whose file is the teacher's (``line``: the line's entries).
+
+    Raises:
+        TeacherNotRegistered: the student's teacher is no version of the line.
+    """
+    lineage = target.lineage or {}
+    made = lineage.get("variant_of")
+    if isinstance(made, dict) and isinstance(made.get("version"), int):
+        return made["version"], str((target.pinned_model or {}).get("transform") or "variant")
+    teacher = lineage.get("teacher")
+    if not isinstance(teacher, dict):
+        return None
+    for entry in line:
+        if entry.sha256 == teacher.get("sha256") and entry.version != target.version:
+            return entry.version, STUDENT
+    raise TeacherNotRegistered(
+        f"its teacher (sha256 {str(teacher.get('sha256'))[:12]}) is no registered version of "
+        f"{target.model}; register the teacher to weigh the student against it"
+    )
 
 
 def weigh(

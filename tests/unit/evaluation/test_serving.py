@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from evalsentry.evaluation.serving import weigh
@@ -132,3 +134,41 @@ def test_a_cost_held_or_costlier_lever_claims_no_saving() -> None:
     assert " would add " in dear.in_words(config) and "saves" not in dear.in_words(config)
     rows = lever_rows([held, dear], config)
     assert rows[0][-1] == "no difference shown" and rows[1][-1].startswith("adds ")
+
+
+def test_a_variant_is_weighed_against_its_parent_and_a_student_against_its_teachers_version(
+    tmp_path: Path, pinned_git: str, train_data: Path
+) -> None:
+    """``save_checkpoint(teacher=...)`` records the teacher file's sha256; the student is then
+    weighed against the line's version holding that file, never against itself."""
+    from evalsentry.checkpoints.checkpoint import save_checkpoint
+    from evalsentry.checkpoints.registry import Registry
+    from evalsentry.errors import CheckpointNotFound
+    from evalsentry.evaluation.pipeline import Target
+    from evalsentry.evaluation.serving import TeacherNotRegistered, weighed_against
+    from evalsentry.storage import sha256_file
+    from tests.conftest import _teacher
+    from tests.models import TRUST
+
+    def saved(name: str, teacher: Path | None = None) -> Path:
+        return save_checkpoint(
+            _teacher(), tmp_path / name, metrics={}, config={}, seed=1, data=train_data,  # type: ignore[arg-type]
+            factory="tests.models:TinyNet", factory_kwargs={"features": 4, "classes": 3, "hidden": 8},
+            teacher=teacher,
+        )  # fmt: skip
+
+    with pytest.raises(CheckpointNotFound):
+        saved("lost.pt", teacher=tmp_path / "missing.pt")
+    teacher = saved("teacher.pt")
+    student = saved("student.pt", teacher=teacher)
+    registry = Registry(str(tmp_path / "registry"))
+    first = registry.register(teacher, "toy", stage="production", trust=TRUST)
+    entry = registry.register(student, "toy", trust=TRUST)
+    assert entry.lineage["teacher"] == {"sha256": sha256_file(teacher)[0]} == {"sha256": first.sha256}
+    line = registry.list("toy")
+    assert weighed_against(Target.from_entry(entry), line) == (1, "student")
+    assert weighed_against(Target.from_entry(first), line) is None  # a version of its own
+    variant = Target("toy", "x", 3, "candidate", "s" * 64, {"variant_of": {"version": 1}, "model": {"factory": "f", "transform": "bf16"}})  # fmt: skip
+    assert weighed_against(variant, line) == (1, "bf16")
+    with pytest.raises(TeacherNotRegistered, match="is no registered version of toy"):
+        weighed_against(Target.from_entry(entry), [entry])  # its teacher's entry is gone

@@ -1,0 +1,147 @@
+"""The serving levers on the shipped examples: each variant's quality change and cost ratio.
+
+    python -m bench.bench_levers [--quick]
+
+In a temporary project, through the CLI a team uses:
+
+- digits: the CNN (v1, production), its ``dynamic-int8`` and ``bf16`` variants, a distilled
+  student (8 channels, hidden 32: ``examples.digits.distill``) and that student with its weights
+  naively rounded to 2 bits (damaged);
+- textlm: the byte-level language model (v1, production) and its ``dynamic-int8`` and ``bf16``
+  variants, on the perplexity evalset.
+
+Each is evaluated with ``evalsentry evaluate --model LINE --version N``: quality gated against
+production, cost timed paired against the version it was made from (alternating rounds in one
+process). Reported per variant: the change of the line's headline metric (accuracy in points,
+perplexity in percent), the weighed row's verdict and its median time ratio with the rounds'
+range. The table is also written to ``bench/results/levers.md``. ``--quick``: fewer epochs and
+the small language model (the ratios hold; the quality numbers are a smaller model's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).parents[1]
+TABLE = REPO / "bench" / "results" / "levers.md"
+_ROUNDS = re.compile(r"(\d+\.\d+)x the time per example \(median of \d+ paired rounds, (\d+\.\d+)x to (\d+\.\d+)x")  # fmt: skip
+_WORD = re.compile(r"^(CHEAPER|COSTLIER|COST HELD):")
+
+
+def _cli(*args: str) -> str:
+    """``evalsentry ARGS`` in this process; what it printed (its exit code is not the point)."""
+    from evalsentry.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        main(list(args))
+    return out.getvalue()
+
+
+def _project(root: Path, quick: bool) -> None:
+    """The two lines, trained with the examples' own code and registered with their levers."""
+    from examples.digits.distill import distill
+    from examples.digits.train import train
+    from examples.textlm.evalsets import freeze_perplexity
+    from examples.textlm.train import SMALL
+    from examples.textlm.train import train as train_lm
+
+    shutil.copytree(REPO / "evalsets" / "digits", root / "evalsets" / "digits")
+    freeze_perplexity(root / "evalsets", "text")
+    (root / "evalsentry.yaml").write_text(
+        "store: store\nregistry: registry\nevalsets: evalsets\n"
+        "trusted_factories: [examples.digits.model, examples.textlm.model]\n"
+        "models:\n  digits: {evalsets: [digits]}\n  textlm: {evalsets: [text]}\n"
+        "traffic:\n  digits: {requests_per_day: 1000000}\n  textlm: {requests_per_day: 100000}\n"
+    )
+    out = root / "checkpoints"
+    teacher = train(out / "digits.pt", seed=1, epochs=5 if quick else 20)
+    lm = train_lm(out / "textlm.safetensors", seed=1, **(SMALL if quick else {}))  # type: ignore[arg-type]
+    epochs = 15 if quick else 60
+    student = distill(teacher, out / "student.pt", seed=1, epochs=epochs)
+    damaged = distill(teacher, out / "damaged.pt", seed=1, epochs=epochs, round_bits=2)
+    _cli("register", str(teacher), "--model", "digits", "--stage", "production", "--new-model")
+    _cli("register", str(lm), "--model", "textlm", "--stage", "production", "--new-model")
+    for line in ("digits", "textlm"):
+        for transform in ("dynamic-int8", "bf16"):
+            _cli("register", "--variant-of", f"{line}@v1", "--transform", transform)
+    _cli("register", str(student), "--model", "digits")
+    _cli("register", str(damaged), "--model", "digits")
+    _cli("run", "--week", "2026-W01")
+
+
+def _weighed(root: Path, line: str, version: int) -> dict[str, Any]:
+    """Evaluate ``line@vN`` and read its weighed row and headline comparison from the history."""
+    from evalsentry.history.store import History
+
+    _cli("evaluate", "--model", line, "--version", str(version))
+    rows = History(str(root / "store")).comparisons()
+    rows = rows[(rows["model"] == line) & (rows["version"] == version)]
+    rows = rows[rows["slice"].fillna("") == ""]  # the whole evalset, not its slices
+    weighed = rows[rows["metric"] == "microseconds_per_example"].iloc[-1]
+    headline = "accuracy" if line == "digits" else "perplexity"
+    quality = rows[(rows["metric"] == headline) & (rows["reference"] == "production")].iloc[-1]
+    reason = str(weighed["reason"])
+    made = re.search(r"\((\S+ of v\d+)\)", reason)
+    word = _WORD.search(reason)
+    rounds = _ROUNDS.search(reason)
+    change = float(quality["delta"]) * 100
+    if headline == "perplexity":
+        change = change / float(quality["reference_value"])
+    return {
+        "variant": f"{line}@v{version} ({made.group(1) if made else '?'})",
+        "verdict": word.group(1) if word else f"{weighed['verdict']}: {reason.split('; ')[0]}",
+        "quality": f"{headline} {change:+.2f}{' pts' if headline == 'accuracy' else '%'} ({quality['verdict']})",  # fmt: skip
+        "change": change,
+        "ratio": float(rounds.group(1)) if rounds else float("nan"),
+        "low": float(rounds.group(2)) if rounds else float("nan"),
+        "high": float(rounds.group(3)) if rounds else float("nan"),
+    }
+
+
+def run(quick: bool = False) -> dict[str, float]:
+    """Each lever's quality change and median time ratio; the table written to ``TABLE``."""
+    previous = Path.cwd()
+    with tempfile.TemporaryDirectory(prefix="evalsentry-levers-") as tmp:
+        root = Path(tmp)
+        os.environ.setdefault("EVALSENTRY_GIT_SHA", "0" * 40)  # a temporary folder has no git
+        os.chdir(root)
+        try:
+            _project(root, quick)
+            found = [_weighed(root, "digits", v) for v in (2, 3, 4, 5)]
+            found += [_weighed(root, "textlm", v) for v in (2, 3)]
+        finally:
+            os.chdir(previous)
+    lines = [
+        "| variant | quality vs production | verdict | time per example vs parent |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {f['variant']} | {f['quality']} | {f['verdict']} | {f['ratio']:.2f}x ({f['low']:.2f}x to {f['high']:.2f}x) |"  # fmt: skip
+        for f in found
+    ]
+    print("\n".join(lines))
+    if not quick:
+        TABLE.write_text("# Serving levers (`python -m bench.bench_levers`)\n\n" + "\n".join(lines) + "\n")  # fmt: skip
+    results: dict[str, float] = {}
+    for f in found:
+        key = re.sub(r"\W+", "_", f["variant"]).strip("_")
+        results[f"{key}_ratio"] = f["ratio"]
+        results[f"{key}_quality_change"] = f["change"]
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    for name, value in run(args.quick).items():
+        print(f"{name:50s} {value:10.3f}")
