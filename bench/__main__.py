@@ -5,7 +5,7 @@
 Ratios compare against baselines measured in the same run (these machines are noisy): each
 benchmark's own. ``--only`` runs some again and keeps the others' latest results; every
 benchmark's section says when it ran. ``gate_power`` also writes its tables to
-``bench/results/gate_power.md``.
+``bench/results/gate_power.md``, ``levers`` its table to ``bench/results/levers.md``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from bench import (
     bench_fan_out,
     bench_gate,
     bench_leaks,
+    bench_levers,
     bench_metrics,
     bench_pipeline,
     bench_run,
@@ -61,6 +62,7 @@ BENCHMARKS: dict[str, Callable[[bool], dict[str, float]]] = {
     ),
     "scale": lambda quick: bench_scale.run(checkpoints=(1, 2) if quick else (1, 2, 4)),
     "fan_out": lambda quick: bench_fan_out.run(rounds=1 if quick else 3),
+    "levers": lambda quick: bench_levers.run(quick=quick),
     "gpu": lambda quick: gpu.run(quick=True),
 }
 

@@ -94,17 +94,24 @@ def _weighed(root: Path, line: str, version: int) -> dict[str, Any]:
     word = _WORD.search(reason)
     rounds = _ROUNDS.search(reason)
     change = float(quality["delta"]) * 100
+    unit = " pts"
     if headline == "perplexity":
-        change = change / float(quality["reference_value"])
+        change, unit = change / float(quality["reference_value"]), "%"
     return {
         "variant": f"{line}@v{version} ({made.group(1) if made else '?'})",
-        "verdict": word.group(1) if word else f"{weighed['verdict']}: {reason.split('; ')[0]}",
-        "quality": f"{headline} {change:+.2f}{' pts' if headline == 'accuracy' else '%'} ({quality['verdict']})",  # fmt: skip
+        "verdict": word.group(1) if word else f"{weighed['verdict']}: {_quality_said(reason)}",
+        "quality": f"{headline} {change:+.2f}{unit} ({quality['verdict']})",
         "change": change,
         "ratio": float(rounds.group(1)) if rounds else float("nan"),
         "low": float(rounds.group(2)) if rounds else float("nan"),
         "high": float(rounds.group(3)) if rounds else float("nan"),
     }
+
+
+def _quality_said(reason: str) -> str:
+    """``quality not held (accuracy -57.58 pts ...)`` from a weighed row's reason."""
+    said = reason.split("): ", 1)[-1]
+    return said.split("; cost not weighed")[0]
 
 
 def run(quick: bool = False) -> dict[str, float]:
@@ -124,10 +131,9 @@ def run(quick: bool = False) -> dict[str, float]:
         "| variant | quality vs production | verdict | time per example vs parent |",
         "|---|---|---|---|",
     ]
-    lines += [
-        f"| {f['variant']} | {f['quality']} | {f['verdict']} | {f['ratio']:.2f}x ({f['low']:.2f}x to {f['high']:.2f}x) |"  # fmt: skip
-        for f in found
-    ]
+    for f in found:
+        ratio = f"{f['ratio']:.2f}x ({f['low']:.2f}x to {f['high']:.2f}x)"
+        lines.append(f"| {f['variant']} | {f['quality']} | {f['verdict']} | {ratio} |")
     print("\n".join(lines))
     if not quick:
         TABLE.write_text("# Serving levers (`python -m bench.bench_levers`)\n\n" + "\n".join(lines) + "\n")  # fmt: skip

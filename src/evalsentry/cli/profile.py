@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from evalsentry.evaluation.profile import BatchProfile, ServingProfile
 
 HEADERS = ["batch", "calls", "examples/s", "p50 ms", "p95 ms", "p99 ms", "per 1M requests"]
+#: Added for a token evalset: real (unpadded) tokens served per second, and their price.
+TOKEN_HEADERS = ["tokens/s", "per 1M tokens"]
 
 
 @app.command()
@@ -62,7 +64,8 @@ def profile(
     found: ServingProfile = answer.result
     price = settings.cost.per_device_hour.get(found.device.split(":", maxsplit=1)[0])
     rows = [_row(b, price, settings.cost.currency) for b in found.batches]
-    print_table(f"Serving profile of {target.label} on {name} ({found.device})", HEADERS, rows)
+    headers = HEADERS + (TOKEN_HEADERS if found.batches[0].tokens is not None else [])
+    print_table(f"Serving profile of {target.label} on {name} ({found.device})", headers, rows)
     raise typer.Exit(_verdict(found, target.uri, model, settings, price))
 
 
@@ -79,9 +82,18 @@ def _sizes(text: str) -> list[int]:
 def _row(batch: BatchProfile, price: float | None, currency: str) -> list[str]:
     from evalsentry.cost.units import money
 
-    per_million = money(1e6 / batch.throughput / 3600 * price, currency) if price else "n/a"
-    latencies = [f"{batch.latency_ms(q):.3g}" for q in (50, 95, 99)]
-    return [str(batch.batch_size), str(len(batch.seconds)), f"{batch.throughput:,.0f}", *latencies, per_million]  # fmt: skip
+    def per_million(per_s: float) -> str:
+        return money(1e6 / per_s / 3600 * price, currency) if price else "n/a"
+
+    latencies = [_ms(batch.latency_ms(q)) for q in (50, 95, 99)]
+    row = [str(batch.batch_size), str(len(batch.seconds)), f"{batch.throughput:,.0f}", *latencies, per_million(batch.throughput)]  # fmt: skip
+    tokens = batch.tokens_per_s
+    return row + ([] if tokens is None else [f"{tokens:,.0f}", per_million(tokens)])
+
+
+def _ms(value: float) -> str:
+    """Milliseconds to 3 significant digits, whole ones from 1,000 (``1,410``, not ``1.41e+03``)."""
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
 
 
 def _verdict(
@@ -102,7 +114,7 @@ def _verdict(
         echo(f"no batch size serves within p99 {budget:g} ms (traffic.{model}.latency_p99_ms)")
         return 1
     said = f"within p99 {budget:g} ms" if budget is not None else "with no latency budget set"
-    echo(f"cheapest batch size {said}: {best.batch_size} ({best.throughput:,.0f} examples/s, p99 {best.latency_ms(99):.3g} ms)")  # fmt: skip
+    echo(f"cheapest batch size {said}: {best.batch_size} ({best.throughput:,.0f} examples/s, p99 {_ms(best.latency_ms(99))} ms)")  # fmt: skip
     if traffic is not None and price:
         month = traffic.requests_per_day / best.throughput / 3600 * DAYS_PER_MONTH * price
         echo(

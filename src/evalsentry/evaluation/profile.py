@@ -4,11 +4,16 @@ Measured in the evaluation's child process (:mod:`evalsentry.evaluation.isolatio
 checkpoint's code runs, on the evalset's own inputs: for each batch size, one warm-up call,
 then calls of that many examples (rotating through the evalset, an evalset smaller than the
 batch repeated) each timed alone, a CUDA device synchronised around it, until the batch size's
-share of the budget is spent (at least :data:`MIN_CALLS` calls). The latency of a call is what
-a request served in that batch waits; the throughput is the examples served per second of
-calls. This is the plain PyTorch loop a server runs (``model(batch)`` under
-``torch.inference_mode``), so there is no harness overhead to subtract. Tensor evalsets only:
-a token evalset is refused (its per-token profile is not built yet).
+share of the budget is spent (at least :data:`MIN_CALLS` calls). Each call's inputs are on the
+device before its clock starts. The latency of a call is what a request served in that batch
+waits; the throughput is the examples served per second of calls. This is the plain PyTorch
+loop a server runs (``model(batch)`` under ``torch.inference_mode``), so there is no harness
+overhead to subtract.
+
+A token evalset is served as requests arrive: each call takes the next rows in the evalset's
+order (not sorted by length), padded to the longest with its attention mask, as the model's
+keyword inputs (a multiple-choice row with its choices); each call also counts the real tokens
+it served, for tokens per second.
 """
 
 from __future__ import annotations
@@ -17,9 +22,9 @@ import math
 import resource
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,6 +47,12 @@ class BatchProfile:
 
     batch_size: int
     seconds: list[float]
+    tokens: list[int] | None = None  # a token evalset's: the real tokens of each call
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Real tokens served per second of calls; None for tensor inputs."""
+        return None if self.tokens is None else sum(self.tokens) / sum(self.seconds)
 
     def latency_ms(self, percentile: float) -> float:
         """The ``percentile`` (50, 95, 99) of the calls' latencies, in milliseconds."""
@@ -81,55 +92,84 @@ def profile_batches(
     """``model``'s calls at each batch size on the evalset's inputs, within ``budget_s``.
 
     Raises:
-        UsageError: a token evalset (not profiled yet), or a batch size below 1.
+        UsageError: a batch size below 1.
     """
     import torch
 
     from evalsentry.evaluation.inference import resolve_device, staged
 
-    if evalset.spec.inputs.is_tokens:
-        raise UsageError(
-            f"{evalset.spec.name}: a token evalset; the serving profile measures tensor inputs only "
-            "for now (a language model's per-token profile is not built yet)"
-        )
     if not batch_sizes or min(batch_sizes) < 1:
         raise UsageError(f"--batch-sizes {list(batch_sizes)}: give sizes of at least 1")
     target = torch.device(resolve_device(device))
     model = model.to(target).eval()
-    sample = staged(evalset, target)[0]
     share = budget_s / len(batch_sizes)
     if target.type == "cuda":
         torch.cuda.reset_peak_memory_stats(target)
-    profiles = [_calls(model, sample, size, target, share) for size in batch_sizes]
-    return ServingProfile(str(target), profiles, _peak_memory(target))
+    if evalset.spec.inputs.is_tokens:
+        from evalsentry.evaluation.sequences import check_keywords
+
+        check_keywords(model, evalset)
+        calls = [_calls(model, _requests(evalset, size, target), size, target, share) for size in batch_sizes]  # fmt: skip
+    else:
+        sample = staged(evalset, target)[0]
+        calls = [_calls(model, _slices(sample, size, target), size, target, share) for size in batch_sizes]  # fmt: skip
+    return ServingProfile(str(target), calls, _peak_memory(target))
+
+
+#: The ``i``-th call's inputs (positional tensor or keyword inputs) and its real tokens (None).
+Prepare = Callable[[int], tuple[Any, int | None]]
+
+
+def _slices(sample: torch.Tensor, size: int, target: torch.device) -> Prepare:
+    """Tensor inputs: ``size`` rows at a time, in order, the sample repeated when smaller."""
+    rows = len(sample)
+    pool = sample if rows >= size else sample.repeat((math.ceil(size / rows),) + (1,) * (sample.dim() - 1))  # fmt: skip
+    starts = list(range(0, max(len(pool) - size, 0) + 1, size)) or [0]
+    return lambda i: (pool[starts[i % len(starts)] :][:size].to(target), None)
+
+
+def _requests(evalset: Evalset, size: int, target: torch.device) -> Prepare:
+    """Token inputs: the next ``size`` rows in the evalset's order, padded as one batch."""
+    from evalsentry.evaluation.sequences import served_batch
+
+    rows = len(evalset)
+
+    def prepare(i: int) -> tuple[Any, int | None]:
+        return served_batch(evalset, (np.arange(size) + i * size) % rows, target)
+
+    return prepare
 
 
 def _calls(
-    model: torch.nn.Module, sample: torch.Tensor, size: int, target: torch.device, share: float
+    model: torch.nn.Module, prepare: Prepare, size: int, target: torch.device, share: float
 ) -> BatchProfile:
     """One batch size's timed calls, after a warm-up call."""
     import torch
 
-    rows = len(sample)
-    pool = sample if rows >= size else sample.repeat((math.ceil(size / rows),) + (1,) * (sample.dim() - 1))  # fmt: skip
-    starts = list(range(0, max(len(pool) - size, 0) + 1, size)) or [0]
+    def call(inputs: Any) -> None:
+        if isinstance(inputs, dict):
+            model(**inputs)
+        else:
+            model(inputs)
+
     seconds: list[float] = []
+    tokens: list[int] = []
     with torch.inference_mode():
-        model(pool[:size].to(target))  # warm-up: allocator, kernels, caches
+        call(prepare(0)[0])  # warm-up: allocator, kernels, caches
         began = time.perf_counter()
         while len(seconds) < MAX_CALLS and (
             len(seconds) < MIN_CALLS or time.perf_counter() - began < share
         ):
-            start = starts[len(seconds) % len(starts)]
-            batch = pool[start : start + size]
+            inputs, count = prepare(len(seconds))
             if target.type == "cuda":
                 torch.cuda.synchronize(target)
             tick = time.perf_counter()
-            model(batch.to(target, non_blocking=True))
+            call(inputs)
             if target.type == "cuda":
                 torch.cuda.synchronize(target)
             seconds.append(time.perf_counter() - tick)
-    return BatchProfile(size, seconds)
+            tokens += [] if count is None else [count]
+    return BatchProfile(size, seconds, tokens or None)
 
 
 def _peak_memory(target: torch.device) -> int | None:

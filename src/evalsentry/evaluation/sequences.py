@@ -141,6 +141,14 @@ def _sorted_rows(inputs: TokenInputs) -> tuple[np.ndarray, int]:
     return np.argsort(lengths, kind="stable"), width
 
 
+def served_batch(
+    evalset: Evalset, rows: np.ndarray, device: torch.device
+) -> tuple[dict[str, Any], int]:
+    """``rows`` as one served batch: the model's padded keyword inputs, and its real tokens."""
+    batch = _collate(evalset, rows, device)
+    return batch.kwargs, int(batch.mask.sum())
+
+
 def _collate(evalset: Evalset, rows: np.ndarray, device: torch.device) -> _Batch:
     """The padded keyword inputs of ``rows`` (one sequence per continuation for choices)."""
     import torch

@@ -130,13 +130,16 @@ def _primary(gating: Sequence[Comparison]) -> Comparison:
 
 
 def _quality(c: Comparison) -> str:
-    """``accuracy -0.20 pts, margin 1.00 pt`` (a count metric in points), or the reason."""
+    """The quality quoted: ``accuracy -0.20 pts vs production, margin 1.00 pts``, or the reason.
+
+    A count metric in points; others to 3 significant digits (``nll +0.0196 ..., margin 0.00685``).
+    """
     if c.delta is None or c.tolerance is None:
         return f"{c.metric}: {c.verdict} ({c.reason})"
     points = c.metric in ("accuracy", "top5_accuracy", "macro_f1") or c.metric.startswith("score:")
-    scale, unit = (100, " pts") if points else (1, "")
-    change = f"{c.delta * scale:+.2f}{unit} vs {c.reference}"
-    return f"{c.metric} {change}, margin {c.tolerance * scale:.2f}{unit}"
+    if points:
+        return f"{c.metric} {c.delta * 100:+.2f} pts vs {c.reference}, margin {c.tolerance * 100:.2f} pts"  # fmt: skip
+    return f"{c.metric} {c.delta:+.3g} vs {c.reference}, margin {c.tolerance:.3g}"
 
 
 def time_variant(

@@ -102,3 +102,33 @@ def test_a_variant_is_profiled_with_its_transform_and_weighed_or_said_not(
         out,
     )
     assert said, out
+
+
+def test_a_language_model_is_profiled_per_token_as_requests_arrive(tmp_path: Path) -> None:
+    """A token evalset: each call serves the next rows in the evalset's order, padded to the
+    longest with a mask; the tokens counted are the rows' real ones, so tokens/s is exact."""
+    from evalsentry.evaluation.profile import profile_batches
+    from tests.token_models import BagLM
+    from tests.unit.evaluation.test_sequences import lm_evalset, token_rows
+
+    rows = token_rows(10)
+    evalset = lm_evalset(tmp_path, rows)
+    found = profile_batches(BagLM(), evalset, device="cpu", batch_sizes=[1, 4], budget_s=0.2)
+    one, four = found.batches
+    lengths = [len(r) for r in rows]
+    # Call i of size s serves rows i*s .. i*s+s-1, wrapping around the 10 rows.
+    assert one.tokens == [lengths[i % 10] for i in range(len(one.seconds))]
+    assert four.tokens == [sum(lengths[(4 * i + j) % 10] for j in range(4)) for i in range(len(four.seconds))]  # fmt: skip
+    assert four.tokens_per_s == sum(four.tokens) / sum(four.seconds)
+    assert BatchProfile(4, [0.5]).tokens_per_s is None  # tensor inputs count no tokens
+
+
+def test_a_token_profile_s_rows_add_tokens_per_second_and_their_price() -> None:
+    """The table gains tokens/s and the cost per 1M tokens at the device's price."""
+    from evalsentry.cli import profile as profile_cli
+
+    batches = [BatchProfile(1, [0.01] * 5, [100] * 5), BatchProfile(8, [0.04] * 5, [800] * 5)]
+    rows = [profile_cli._row(b, 3.6, "USD") for b in batches]
+    assert rows[0][-2:] == ["10,000", "0.10 USD"]  # 100 tokens in 10 ms; 1M tokens = 100 s
+    assert rows[1][-2:] == ["20,000", "0.05 USD"]
+    assert profile_cli.TOKEN_HEADERS == ["tokens/s", "per 1M tokens"]
