@@ -28,6 +28,7 @@ from bench import (
     bench_levers,
     bench_metrics,
     bench_pipeline,
+    bench_profile,
     bench_run,
     bench_scale,
     bench_suspects,
@@ -63,6 +64,7 @@ BENCHMARKS: dict[str, Callable[[bool], dict[str, float]]] = {
     "scale": lambda quick: bench_scale.run(checkpoints=(1, 2) if quick else (1, 2, 4)),
     "fan_out": lambda quick: bench_fan_out.run(rounds=1 if quick else 3),
     "levers": lambda quick: bench_levers.run(quick=quick),
+    "profile": lambda quick: bench_profile.run(rounds=1 if quick else 3),
     "gpu": lambda quick: gpu.run(quick=True),
 }
 

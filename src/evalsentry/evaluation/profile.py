@@ -146,27 +146,25 @@ def _calls(
     """One batch size's timed calls, after a warm-up call."""
     import torch
 
-    def call(inputs: Any) -> None:
-        if isinstance(inputs, dict):
-            model(**inputs)
-        else:
-            model(inputs)
+    def sync() -> None:
+        torch.cuda.synchronize(target)
 
+    wait = sync if target.type == "cuda" else (lambda: None)
     seconds: list[float] = []
     tokens: list[int] = []
     with torch.inference_mode():
-        call(prepare(0)[0])  # warm-up: allocator, kernels, caches
+        inputs, _ = prepare(0)
+        model(**inputs) if isinstance(inputs, dict) else model(inputs)  # warm-up: allocator, caches
         began = time.perf_counter()
         while len(seconds) < MAX_CALLS and (
             len(seconds) < MIN_CALLS or time.perf_counter() - began < share
         ):
             inputs, count = prepare(len(seconds))
-            if target.type == "cuda":
-                torch.cuda.synchronize(target)
+            args, kwargs = ((), inputs) if isinstance(inputs, dict) else ((inputs,), {})
+            wait()
             tick = time.perf_counter()
-            call(inputs)
-            if target.type == "cuda":
-                torch.cuda.synchronize(target)
+            model(*args, **kwargs)
+            wait()
             seconds.append(time.perf_counter() - tick)
             tokens += [] if count is None else [count]
     return BatchProfile(size, seconds, tokens or None)
