@@ -108,7 +108,9 @@ def digits_students(
 ) -> dict[str, Path]:
     """A digits project: the CNN as production, its distilled student and a damaged student.
 
-    Trained with the example's own code, briefly: what is tested is how they are weighed.
+    Trained with the example's own code as `make bench` trains them (the damaged one briefly).
+    The team accepts a student's loss within half again of the teacher's (a narrower network is
+    less sure of itself: nll +25%), and gates accuracy within the default point.
     """
     from examples.digits.distill import distill
     from examples.digits.train import train
@@ -118,24 +120,26 @@ def digits_students(
         "store: store\nregistry: registry\nevalsets: evalsets\n"
         "trusted_factories: [examples.digits.model]\n"
         "traffic:\n  digits: {requests_per_day: 1000000}\n"
+        "gate:\n  evalsets:\n    digits: {nll: {max_drop: '50%'}, ece: {max_drop: 0.05}}\n"
     )
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "checkpoints"
-    teacher = train(out / "teacher.pt", seed=1, epochs=4)
+    teacher = train(out / "teacher.pt", seed=1)
     return {
         "teacher": teacher,
-        "student": distill(teacher, out / "student.pt", seed=1, epochs=8),
+        "student": distill(teacher, out / "student.pt", seed=1),
         "damaged": distill(teacher, out / "damaged.pt", seed=1, epochs=8, round_bits=2),
         "orphan": distill(train(out / "other.pt", seed=2, epochs=1), out / "orphan.pt", epochs=1),
     }
 
 
-def test_a_distilled_student_is_weighed_against_its_teacher_and_damage_fails_though_cheaper(
+def test_a_distilled_student_reads_cheaper_and_its_damaged_copy_fails_though_as_cheap(
     digits_students: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The student's lineage names its teacher's file: listed under it, its quality gated
-    against production and its cost timed against the teacher; rounded to 2 bits it is as
-    cheap and reads FAIL; one whose teacher is not registered says the cost was not weighed."""
+    against production and its cost timed against the teacher: CHEAPER; rounded to 2 bits it
+    is as cheap and reads FAIL; one whose teacher is not registered says the cost was not
+    weighed."""
     files = digits_students
     register = ["register", "--model", "digits"]
     assert main([*register, str(files["teacher"]), "--stage", "production", "--new-model"]) == 0
@@ -162,10 +166,17 @@ def test_a_distilled_student_is_weighed_against_its_teacher_and_damage_fails_tho
         out,
     )
     assert damaged, out  # cheaper (a narrower network), and still a FAIL
-    assert main(["evaluate", "--model", "digits", "--version", "2"]) in (0, 1)
+    # The honest student: as accurate, its loss within what the team accepts, and cheaper in
+    # all rounds but one (a narrower network is cheaper on any machine).
+    assert main(["evaluate", "--model", "digits", "--version", "2"]) == 0
     out = capsys.readouterr().out
-    weighed = re.search(r"digits@v2 \(student of v1\): .*?(\d+\.\d\d)x the time per example", out)
-    assert weighed and float(weighed.group(1)) < 1, out
+    cheaper = re.search(
+        r"PASS \(report only\) +digits@v2 +digits +microseconds_per_example .*CHEAPER: digits@v2 "
+        r"\(student of v1\): quality held \(.*\), \d+% cheaper: at 1,000,000 requests/day: "
+        r".* USD/month; (0\.\d\d)x the time per example",
+        out,
+    )
+    assert cheaper, out
     assert main(["evaluate", "--model", "digits", "--version", "4"]) == 1  # a poor model too
     out = capsys.readouterr().out
     assert re.search(
@@ -179,4 +190,7 @@ def test_a_distilled_student_is_weighed_against_its_teacher_and_damage_fails_tho
     report = (Path("store") / "reports" / f"weekly-eval-{week}.md").read_text()
     levers = report[report.index("### Serving levers") :]
     assert re.search(rf"\| digits@v3 \(student\) \| v1 \| FAIL \| {week} \| .* \| not weighed \|", levers)
-    assert "| digits@v2 (student) | v1 |" in levers
+    assert re.search(rf"\| digits@v2 \(student\) \| v1 \| CHEAPER \| {week} \| .* USD \|", levers)
+    assert main(["cost", "--lifetime"]) == 0
+    said = capsys.readouterr().out
+    assert re.search(r"digits: serving v2 \(student\) instead of v1 saves [\d.]+ USD/month", said)
