@@ -136,10 +136,9 @@ def save_checkpoint(
 ) -> Path:
     """Write ``{model_state_dict, optimizer_state_dict?, metrics, lineage}`` atomically; its path.
 
-    The factory (default: the model's own class) is called with ``factory_kwargs`` and must
-    accept the weights strictly, so a checkpoint that could not be rebuilt fails now, not at
-    next week's evaluation. It is the training code's own choice, not a checkpoint's word, so
-    ``trusted_factories`` is not consulted here; it is at registration and evaluation.
+    The factory (default: the model's own class) must take the weights strictly with
+    ``factory_kwargs``: a checkpoint that could not be rebuilt fails now, not next week. It is
+    the training code's choice, so ``trusted_factories`` is consulted at registration, not here.
 
     Args:
         path: where to write; the folder is created. A ``.safetensors`` path gets that format
@@ -150,16 +149,13 @@ def save_checkpoint(
         optimizer: its state is saved when given.
         factory: ``package.module:callable`` that rebuilds the architecture.
         git_sha: the code commit; by default read from git in ``repo`` (default: the cwd).
-        training: what training cost (``track_training``'s run after its block, or a mapping of
-            its fields); recorded as ``lineage["training_cost"]``.
+        training: what training cost (a closed ``track_training`` run, or its fields' mapping).
         transform: the ``apply_transform`` that ``model`` went through; kept in lineage.model.
-        teacher: the checkpoint ``model`` was distilled from; its sha256 is recorded as
-            ``lineage["teacher"]``, so the student is weighed against the teacher's registered
-            version for quality and serving cost (:mod:`evalsentry.evaluation.serving`).
+        teacher: the checkpoint ``model`` was distilled from: ``lineage["teacher"]`` records
+            its sha256 (:func:`evalsentry.evaluation.serving.weighed_against`).
 
     Raises:
-        BadTrainingData: ``data`` names no training data.
-        BadTrainingCost: ``training`` is an open run, or a field is missing or implausible.
+        BadTrainingData, BadTrainingCost, CheckpointNotFound (no ``teacher`` file).
     """
     import torch
 
