@@ -198,3 +198,46 @@ def simulated_pair(
     ref = _outputs(target, ref_ok, wrong_class, latent + rng.normal(0, jitter, n), ref_rank)
     cur = _outputs(target, cur_ok, wrong_class, latent + rng.normal(0, jitter, n), cur_rank)
     return ref, cur
+
+
+def logit_pair(
+    rng: np.random.Generator,
+    n: int,
+    *,
+    noise: float = 0.13,
+    strength: float = 3.0,
+    sharpness: float = 2.8,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Two honest retrains on the same ``n`` examples, from a second, independent model.
+
+    Each example has ten class logits: standard normal, its true class ``strength`` higher
+    (what makes it easy or hard, shared by every retrain). Each retrain adds its own normal
+    ``noise`` to every logit and predicts with the softmax of ``sharpness`` times them. Its
+    prediction, confidence, loss and the target's rank all come from those probabilities, so
+    the metrics move together as a real model's do (:func:`simulated_pair` draws right and
+    wrong first and attaches confidences). The defaults give accuracy 0.90, 2.7-3.7% of examples
+    right in one retrain only, and a confidence of 0.89 on average (calibrated).
+    """
+    classes = SIMULATED_CLASSES
+    target = rng.integers(0, classes, n)
+    shared = rng.normal(0, 1, (n, classes))
+    shared[np.arange(n), target] += strength
+    return tuple(  # type: ignore[return-value]
+        _softmax_outputs(target, sharpness * (shared + rng.normal(0, noise, (n, classes))))
+        for _ in range(2)
+    )
+
+
+def _softmax_outputs(target: np.ndarray, logits: np.ndarray) -> dict[str, np.ndarray]:
+    """One model's columns from its class logits."""
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    rows = np.arange(len(target))
+    target_log_p = log_p[rows, target]
+    return {
+        "target": target,
+        "prediction": log_p.argmax(axis=1),
+        "loss": -target_log_p,
+        "confidence": np.exp(log_p.max(axis=1)),
+        "target_rank": (log_p > target_log_p[:, None]).sum(axis=1),
+    }
