@@ -37,12 +37,14 @@ _WORD = re.compile(r"^(CHEAPER|COSTLIER|COST HELD):")
 
 
 def _cli(*args: str) -> str:
-    """``evalsentry ARGS`` in this process; what it printed (its exit code is not the point)."""
+    """``evalsentry ARGS`` in this process; what it printed. Exit 2 (refused) stops the bench."""
     from evalsentry.cli import main
 
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        main(list(args))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    if code == 2:  # 1 is a gate's FAIL: the damaged student's, as expected
+        raise RuntimeError(f"evalsentry {' '.join(args)}: {err.getvalue().strip()}")
     return out.getvalue()
 
 
@@ -116,10 +118,10 @@ def _quality_said(reason: str) -> str:
 
 def run(quick: bool = False) -> dict[str, float]:
     """Each lever's quality change and median time ratio; the table written to ``TABLE``."""
-    previous = Path.cwd()
+    previous, sha = Path.cwd(), os.environ.get("EVALSENTRY_GIT_SHA")
     with tempfile.TemporaryDirectory(prefix="evalsentry-levers-") as tmp:
         root = Path(tmp)
-        os.environ.setdefault("EVALSENTRY_GIT_SHA", "0" * 40)  # a temporary folder has no git
+        os.environ["EVALSENTRY_GIT_SHA"] = sha or "0" * 40  # a temporary folder has no git
         os.chdir(root)
         try:
             _project(root, quick)
@@ -127,6 +129,8 @@ def run(quick: bool = False) -> dict[str, float]:
             found += [_weighed(root, "textlm", v) for v in (2, 3)]
         finally:
             os.chdir(previous)
+            if sha is None:
+                del os.environ["EVALSENTRY_GIT_SHA"]
     lines = [
         "| variant | quality vs production | verdict | time per example vs parent |",
         "|---|---|---|---|",

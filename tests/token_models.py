@@ -134,3 +134,19 @@ class LabelNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``[N, labels]``."""
         return self.linear(x)  # type: ignore[no-any-return]
+
+
+class ShiftedLM(BagLM):
+    """A language model that also takes a per-row ``shift`` added to every logit of its row."""
+
+    def forward(  # type: ignore[override]
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        shift: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``[N, T, vocab]``; ``shift`` must hold one value per sequence given."""
+        logits = super().forward(input_ids, attention_mask)
+        if shift is None or shift.shape[0] != input_ids.shape[0]:
+            raise ValueError(f"shift {None if shift is None else tuple(shift.shape)} for {input_ids.shape[0]} sequences")  # fmt: skip
+        return logits + shift.reshape(-1, 1, 1) * torch.arange(logits.shape[-1]) / logits.shape[-1]

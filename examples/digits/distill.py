@@ -5,7 +5,8 @@
 
 The student is the same architecture, narrower (``--channels 8 --hidden 32`` by default: about a
 fifth of the teacher's parameters), trained on the teacher's softened outputs (temperature 2)
-and the true labels, on the teacher's own training split. Its lineage records the teacher's
+and the true labels, on the shipped training split less the 10% ``--seed`` holds out (the
+teacher's own split when the seeds agree, as ``train.py`` draws it). Its lineage records the teacher's
 sha256 (``lineage.teacher``), so ``evalsentry evaluate --version N`` of a registered student
 weighs its quality and its cost against the teacher's registered version, as for a serving
 variant.
@@ -49,7 +50,7 @@ def distill(
 ) -> Path:
     """Train a ``channels``/``hidden`` student of the checkpoint ``teacher`` and save it."""
     torch.manual_seed(seed)
-    images, labels, fit, val = split(np.random.default_rng(seed))
+    images, labels, fit, val = split(np.random.default_rng(seed))  # train.py's draw for seed
     loaded = evalsentry.load_checkpoint(
         teacher, trust=evalsentry.Trust([FACTORY.partition(":")[0]])
     )
@@ -117,8 +118,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=60)
     parser.add_argument("--channels", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=32)
-    parser.add_argument("--round-bits", type=int, default=None)
+    parser.add_argument("--round-bits", type=int, default=None, help="damage: 2**B levels")
     args = parser.parse_args(argv)
+    if args.round_bits is not None and args.round_bits < 1:
+        parser.error(f"--round-bits {args.round_bits}: give at least 1 (2 levels)")
     path = distill(
         args.teacher,
         args.out,

@@ -352,8 +352,8 @@ def _made_from(entry: RegistryEntry, by_sha: Mapping[str, int]) -> tuple[int, st
     parent, teacher = entry.lineage.get("variant_of"), entry.lineage.get("teacher")
     if isinstance(parent, dict) and isinstance(parent.get("version"), int):
         return parent["version"], str(entry.lineage["model"].get("transform"))
-    if isinstance(teacher, dict) and teacher.get("sha256") in by_sha:
-        return by_sha[teacher["sha256"]], "student"
+    if isinstance(teacher, dict) and str(teacher.get("sha256")).lower() in by_sha:
+        return by_sha[str(teacher["sha256"]).lower()], "student"
     return None
 
 

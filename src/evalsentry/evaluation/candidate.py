@@ -292,12 +292,13 @@ def _serving(
     from evalsentry.gate.verdicts import Comparison, Reference, Verdict
     from evalsentry.names import TIMING_METRIC
 
-    if not outcomes or settings.registry_url is None:
+    made_from = {"variant_of", "teacher"} & set(target.lineage or {})
+    if not outcomes or settings.registry_url is None or not made_from:
         return []
     registry, row = Registry(settings.registry_url), outcomes[0].evaluation
     try:
-        against = weighed_against(target, registry.list(target.model))
-    except TeacherNotRegistered as exc:
+        against = weighed_against(target, lambda: registry.list(target.model))
+    except (TeacherNotRegistered, EvalsentryError, OSError) as exc:  # not found, or unreadable
         said = f"{target.label} (student): cost not weighed: {exc}"
         return [Comparison(**owner(row), reference=Reference.PRODUCTION, metric=TIMING_METRIC, verdict=Verdict.WARN, reason=said, gating=False)]  # fmt: skip
     if against is None:

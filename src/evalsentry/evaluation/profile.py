@@ -106,9 +106,9 @@ def profile_batches(
     if target.type == "cuda":
         torch.cuda.reset_peak_memory_stats(target)
     if evalset.spec.inputs.is_tokens:
-        from evalsentry.evaluation.sequences import check_keywords
+        from evalsentry.evaluation.sequences import check_served
 
-        check_keywords(model, evalset)
+        check_served(model, evalset, target)  # inputs it takes, ids within its vocabulary
         calls = [_calls(model, _requests(evalset, size, target), size, target, share) for size in batch_sizes]  # fmt: skip
     else:
         sample = staged(evalset, target)[0]

@@ -141,6 +141,15 @@ def _sorted_rows(inputs: TokenInputs) -> tuple[np.ndarray, int]:
     return np.argsort(lengths, kind="stable"), width
 
 
+def check_served(model: torch.nn.Module, evalset: Evalset, device: torch.device) -> None:
+    """The contract checks :func:`forward_tokens` makes, before a model is served rows."""
+    import torch
+
+    check_keywords(model, evalset)
+    with torch.inference_mode():
+        check_vocabulary(model, evalset, _collate(evalset, np.arange(1), device))
+
+
 def served_batch(
     evalset: Evalset, rows: np.ndarray, device: torch.device
 ) -> tuple[dict[str, Any], int]:
@@ -164,7 +173,8 @@ def _collate(evalset: Evalset, rows: np.ndarray, device: torch.device) -> _Batch
         parts = [(inputs.tokens, rows[owner]), (inputs.choices, which)]
     ids, mask, first = _pad(parts, int(spec.pad_id or 0))
     scored = first if inputs.choices is not None else evalset.targets[rows]
-    as_tensor = {k: torch.from_numpy(v[rows]) for k, v in inputs.named.items()}
+    sequence_rows = rows if owner is None else rows[owner]  # choices: one sequence each
+    as_tensor = {k: torch.from_numpy(v[sequence_rows]) for k, v in inputs.named.items()}
     kwargs = {
         str(spec.keyword): torch.from_numpy(ids).to(device),
         str(spec.mask): torch.from_numpy(mask).to(device),

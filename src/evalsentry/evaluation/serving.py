@@ -19,7 +19,7 @@ With the line's traffic declared, the row says what a month of serving costs wit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from evalsentry.gate.verdicts import SEVERITY, Comparison, Reference, Verdict
@@ -43,15 +43,19 @@ class TeacherNotRegistered(LookupError):
     """A student names a teacher that no version of its line holds."""
 
 
-def weighed_against(target: Target, line: Sequence[RegistryEntry]) -> tuple[int, str] | None:
+def weighed_against(
+    target: Target, line: Callable[[], Sequence[RegistryEntry]]
+) -> tuple[int, str] | None:
     """The version ``target`` is weighed against, and what it is of it; None for neither.
 
     A serving variant (lineage ``variant_of``) is its transform of that version
     (``(2, "dynamic-int8")``); a distilled student (lineage ``teacher``) is the ``student`` of
-    the version of its line whose file is the teacher's (``line``: the line's entries).
+    the version of its line whose file is the teacher's (``line()``: the line's entries, read
+    only for a student).
 
     Raises:
-        TeacherNotRegistered: the student's teacher is no version of the line.
+        TeacherNotRegistered: the student's teacher is no version of the line; and what
+            ``line()`` raises.
     """
     lineage = target.lineage or {}
     made = lineage.get("variant_of")
@@ -60,8 +64,9 @@ def weighed_against(target: Target, line: Sequence[RegistryEntry]) -> tuple[int,
     teacher = lineage.get("teacher")
     if not isinstance(teacher, dict):
         return None
-    for entry in line:
-        if entry.sha256 == teacher.get("sha256") and entry.version != target.version:
+    sha = str(teacher.get("sha256")).lower()
+    for entry in line():
+        if entry.sha256 == sha:
             return entry.version, STUDENT
     raise TeacherNotRegistered(
         f"its teacher (sha256 {str(teacher.get('sha256'))[:12]}) is no registered version of "

@@ -119,8 +119,21 @@ def test_a_language_model_is_profiled_per_token_as_requests_arrive(tmp_path: Pat
     # Call i of size s serves rows i*s .. i*s+s-1, wrapping around the 10 rows.
     assert one.tokens == [lengths[i % 10] for i in range(len(one.seconds))]
     assert four.tokens == [sum(lengths[(4 * i + j) % 10] for j in range(4)) for i in range(len(four.seconds))]  # fmt: skip
-    assert four.tokens_per_s == sum(four.tokens) / sum(four.seconds)
+    assert BatchProfile(4, [0.5, 1.5], [100, 300]).tokens_per_s == 200.0
     assert BatchProfile(4, [0.5]).tokens_per_s is None  # tensor inputs count no tokens
+
+
+def test_a_token_profile_checks_the_model_s_contract_first(tmp_path: Path) -> None:
+    """Token ids beyond the model's vocabulary are refused in one line before any call is
+    timed, as evaluation refuses them (on CUDA an unchecked lookup kills the device)."""
+    from evalsentry.evaluation.contract import ModelFailed
+    from evalsentry.evaluation.profile import profile_batches
+    from tests.token_models import BagLM
+    from tests.unit.evaluation.test_sequences import lm_evalset, token_rows
+
+    evalset = lm_evalset(tmp_path, token_rows(6))
+    with pytest.raises(ModelFailed, match="is out of the model's vocabulary"):
+        profile_batches(BagLM(vocab=100), evalset, device="cpu", batch_sizes=[2], budget_s=0.1)
 
 
 def test_a_token_profile_s_rows_add_tokens_per_second_and_their_price() -> None:

@@ -185,6 +185,38 @@ class TestMultipleChoice:
         assert accuracy.value == pytest.approx(np.mean(np.array(predicted) == answers))
 
 
+    def test_a_named_input_reaches_each_choice_s_sequence(self, tmp_path: Path) -> None:
+        """Choices with a per-row named input: each continuation's sequence gets its row's value
+        (it was given one value per row where the batch holds one sequence per choice)."""
+        from tests.token_models import ShiftedLM
+
+        rng = np.random.default_rng(4)
+        contexts = token_rows(12, low=3, high=10)
+        choices = [[rng.integers(0, 256, 2).tolist() for _ in range(3)] for _ in contexts]
+        spec = InputsSpec(
+            tokens="context", choices="choices", pad_id=PAD, max_length=64, named={"shift": ["s"]}
+        )
+        shifts = rng.normal(0, 3, 12)
+        table = pa.table({"context": contexts, "choices": choices, "answer": [0] * 12, "s": shifts})
+        evalset = freeze(
+            tmp_path, "mcs", table, task="multiple_choice", target="answer", inputs=spec
+        )
+        model = ShiftedLM().eval()
+        result = run_inference(model, evalset, device="cpu", batch_size=16)
+        predicted = []
+        with torch.inference_mode():
+            for context, options, shift in zip(contexts, choices, shifts, strict=True):
+                scores = []
+                for option in options:
+                    ids = torch.tensor([context + option])
+                    logits = model(input_ids=ids, shift=torch.tensor([[shift]], dtype=torch.float32))
+                    logp = torch.log_softmax(logits[0, :-1].double(), -1)
+                    picked = logp[torch.arange(ids.shape[1] - 1), ids[0, 1:]]
+                    scores.append(float(picked[len(context) - 1 :].sum()))
+                predicted.append(int(np.argmax(scores)))
+        np.testing.assert_array_equal(result.columns["prediction"], predicted)
+
+
 class TestNamedInputs:
     def test_tokens_mask_and_a_feature_input_reach_the_model_by_name(self, tmp_path: Path) -> None:
         """model(input_ids=, attention_mask=, extra=) per row equals the padded batches' output."""

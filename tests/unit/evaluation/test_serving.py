@@ -140,7 +140,7 @@ def test_a_variant_is_weighed_against_its_parent_and_a_student_against_its_teach
     tmp_path: Path, pinned_git: str, train_data: Path
 ) -> None:
     """``save_checkpoint(teacher=...)`` records the teacher file's sha256; the student is then
-    weighed against the line's version holding that file, never against itself."""
+    weighed against the line's version holding that file; the line is read for students only."""
     from evalsentry.checkpoints.checkpoint import save_checkpoint
     from evalsentry.checkpoints.registry import Registry
     from evalsentry.errors import CheckpointNotFound
@@ -166,9 +166,13 @@ def test_a_variant_is_weighed_against_its_parent_and_a_student_against_its_teach
     entry = registry.register(student, "toy", trust=TRUST)
     assert entry.lineage["teacher"] == {"sha256": sha256_file(teacher)[0]} == {"sha256": first.sha256}
     line = registry.list("toy")
-    assert weighed_against(Target.from_entry(entry), line) == (1, "student")
-    assert weighed_against(Target.from_entry(first), line) is None  # a version of its own
+    assert weighed_against(Target.from_entry(entry), lambda: line) == (1, "student")
+
+    def unread() -> list[object]:
+        raise AssertionError("the registry was read for a version that is no student")
+
+    assert weighed_against(Target.from_entry(first), unread) is None  # a version of its own
     variant = Target("toy", "x", 3, "candidate", "s" * 64, {"variant_of": {"version": 1}, "model": {"factory": "f", "transform": "bf16"}})  # fmt: skip
-    assert weighed_against(variant, line) == (1, "bf16")
+    assert weighed_against(variant, unread) == (1, "bf16")  # type: ignore[arg-type]
     with pytest.raises(TeacherNotRegistered, match="is no registered version of toy"):
-        weighed_against(Target.from_entry(entry), [entry])  # its teacher's entry is gone
+        weighed_against(Target.from_entry(entry), lambda: [entry])  # its teacher's entry is gone
