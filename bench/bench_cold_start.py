@@ -3,8 +3,9 @@
     python -m bench.bench_cold_start [--rounds 7]
 
 Each round runs the baseline (``python -c "import pandas, pyarrow.parquet"``) and then
-``evalsentry gate`` on a small synthetic history, alternating, so both see the same load; the
-ratio is of the medians. Peak RSS comes from ``os.wait4``, the child's own rusage.
+``evalsentry gate`` on a small synthetic history, on one whose comparisons are INCONCLUSIVE,
+and on the demo's (``make demo``'s three weeks, its passing second week), alternating, so all
+see the same load; each ratio is of the medians. Peak RSS comes from ``os.wait4``, the child's own rusage.
 
 Both run from compiled bytecode, as an installed package does (pip compiles it at install):
 where ``PYTHONDONTWRITEBYTECODE`` is set, evalsentry's own modules would otherwise be compiled
@@ -139,6 +140,21 @@ def inconclusive_history(root: Path) -> Path:
     return config
 
 
+def demo_history(root: Path) -> list[str]:
+    """The demo's three weeks (``make demo``) told in ``root``; the options gating its second.
+
+    The second week is the retrain that PASSes (the third FAILs, which would exit 1).
+    """
+    import contextlib
+    import io
+
+    from examples.digits.demo import tell_story
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        weeks = tell_story(root)
+    return ["--config", str(root / "evalsentry.yaml"), "--week", weeks[1][0]]
+
+
 #: The gate through :func:`evalsentry.cli.main` with the interpreter's usual exit (teardown
 #: included), to show what the program's early exit saves.
 _GATE_USUAL_EXIT = "import sys; from evalsentry.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -152,6 +168,7 @@ def run(rounds: int = 7) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         options = ["gate", "--model", "m", "--config", str(gate_history(Path(tmp) / "pass"))]
         worse = inconclusive_history(Path(tmp) / "inconclusive")
+        demo = demo_history(Path(tmp) / "demo")
         commands = {
             "baseline": BASELINE,
             "gate": [sys.executable, "-m", "evalsentry.cli", *options],
@@ -164,6 +181,7 @@ def run(rounds: int = 7) -> dict[str, float]:
                 "--config",
                 str(worse),
             ],
+            "demo": [sys.executable, "-m", "evalsentry.cli", "gate", *demo],
         }
         found = alternate(commands, rounds, tmp)
         # The same gate where no run has kept the critical values yet (a new evalset size,
@@ -189,6 +207,8 @@ def run(rounds: int = 7) -> dict[str, float]:
         "gate_cli_cold_start_inconclusive_10k_empty_cache_s": statistics.median(empty),
         "gate_cli_cold_start_inconclusive_10k_empty_cache_ratio": statistics.median(empty)
         / baseline,
+        "gate_cli_cold_start_demo_s": statistics.median(found["demo"]),
+        "gate_cli_cold_start_demo_ratio": statistics.median(found["demo"]) / baseline,
         "gate_with_interpreter_teardown_s": usual_s,
         "gate_with_interpreter_teardown_ratio": usual_s / baseline,
         "gate_cli_peak_rss_mib": max(found["gate_rss"]),

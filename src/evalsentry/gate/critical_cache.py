@@ -1,4 +1,4 @@
-"""The margin test's critical values, kept on disk between runs: computed once per machine.
+"""The margin test's critical values and results, kept on disk between runs: computed once.
 
 The exact critical z of each grid point (:meth:`evalsentry.gate.margin.MarginTest`) is the
 costly part of stating a detectable drop: about a second for an evalset of 10,000 examples, in
@@ -12,13 +12,20 @@ The folder is ``$EVALSENTRY_CACHE_DIR``, else ``$XDG_CACHE_HOME/evalsentry``, el
 missing, unreadable or not a row of finite values in range is computed again (and rewritten);
 a folder that cannot be written leaves the values in memory only. Files are written whole, by
 rename, so a reader never sees half of one.
+
+The results built on them (a comparison's exact p-value, a detectable drop) are kept the same
+way, in one small JSON file per code key (:func:`remembered`): a week's gate, run again or by
+another command, reads them instead of summing tails. An entry that is not a number in its
+range is computed again; the newest :data:`MAX_RESULTS` entries are kept.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
+from collections.abc import Callable
 from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
@@ -92,4 +99,68 @@ def save(n: int, allowed: Fraction, level: float, values: NDArray[np.float64]) -
         partial.replace(path)
     except OSError:
         with contextlib.suppress(OSError):  # no folder to write in: nothing was written
+            partial.unlink(missing_ok=True)
+
+
+#: Results kept per code key; the oldest go first (a file of about a megabyte at most).
+MAX_RESULTS = 20_000
+#: Each cache folder's results, read once per process.
+_KEPT: dict[Path, dict[str, float | None]] = {}
+
+
+def remembered(
+    key: str, compute: Callable[[], float | None], sound: Callable[[float], bool]
+) -> float | None:
+    """``compute()``, or the value kept under ``key`` when one is and ``sound`` accepts it.
+
+    ``key`` names the function and every argument its value depends on; the code key is in the
+    file's name. None (no answer) is kept as such.
+    """
+    folder = cache_dir()
+    if folder is None:
+        return compute()
+    kept = _KEPT.get(folder)
+    if kept is None:
+        kept = _KEPT[folder] = _read_results(folder)
+    if key in kept:
+        value = kept[key]
+        if value is None or (isinstance(value, float) and np.isfinite(value) and sound(value)):
+            return value
+    value = compute()
+    kept[key] = value
+    while len(kept) > MAX_RESULTS:
+        del kept[next(iter(kept))]
+    _write_results(folder, kept)
+    return value
+
+
+def _results_path(folder: Path) -> Path:
+    return folder / f"margin-results-{code_key()}.json"
+
+
+def _read_results(folder: Path) -> dict[str, float | None]:
+    """The kept results: text keys to numbers or null (anything else left out)."""
+    try:
+        found = json.loads(_results_path(folder).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {
+        k: (float(v) if v is not None else None)
+        for k, v in found.items()
+        if isinstance(k, str) and (v is None or (isinstance(v, int | float) and not isinstance(v, bool)))
+    }
+
+
+def _write_results(folder: Path, kept: dict[str, float | None]) -> None:
+    """All the results, written whole by rename; a folder that cannot be written is no error."""
+    path = _results_path(folder)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(kept))
+        partial.replace(path)
+    except OSError:
+        with contextlib.suppress(OSError):
             partial.unlink(missing_ok=True)

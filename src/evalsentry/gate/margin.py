@@ -377,7 +377,15 @@ def margin_p(newly_wrong: int, newly_right: int, n: int, allowed: Fraction) -> f
         The p-value of ``H0: p_b - p_c <= allowed / n``; 1 when the tolerance is all of n.
 
     """
-    return margin_test(n, allowed).p_value(newly_wrong, newly_right)
+    key = f"p {n} {allowed.numerator}/{allowed.denominator} {newly_wrong} {newly_right}"
+    found = critical_cache.remembered(
+        key, lambda: margin_test(n, allowed).p_value(newly_wrong, newly_right), _is_probability
+    )
+    return 1.0 if found is None else found
+
+
+def _is_probability(value: float) -> bool:
+    return 0.0 <= value <= 1.0
 
 
 def detectable_drop(
@@ -424,7 +432,17 @@ def detectable_drop(
 def _detectable_drop(
     n: int, newly_right: int, allowed: Fraction, level: float, power: float, largest: float
 ) -> float | None:
-    """:func:`detectable_drop` at a level already rounded to two significant digits."""
+    """:func:`detectable_drop` at a level already rounded to two significant digits (kept)."""
+    key = f"d {n} {newly_right} {allowed.numerator}/{allowed.denominator} {level!r} {power!r} {largest!r}"  # fmt: skip
+    return critical_cache.remembered(
+        key, lambda: _search_drop(n, newly_right, allowed, level, power, largest), _is_probability
+    )
+
+
+def _search_drop(
+    n: int, newly_right: int, allowed: Fraction, level: float, power: float, largest: float
+) -> float | None:
+    """The search behind :func:`_detectable_drop`."""
     test = margin_test(n, allowed)
     rate = newly_right / n
     low, top = test.margin, min(largest, 1.0 - rate)

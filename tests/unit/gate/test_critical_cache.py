@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -19,11 +20,18 @@ N, ALLOWED, LEVEL = 400, Fraction(4), 0.01
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A cache folder of this test's own; the in-memory caches emptied before and after."""
     monkeypatch.setenv(critical_cache.CACHE_ENV, str(tmp_path / "cache"))
-    margin_test.cache_clear()
-    _detectable_drop.cache_clear()
+    _forget()
     yield tmp_path / "cache"
+    _forget()
+
+
+def _forget(results: Path | None = None) -> None:
+    """Empty the in-memory caches (a new process), and the kept results in ``results``."""
     margin_test.cache_clear()
     _detectable_drop.cache_clear()
+    critical_cache._KEPT.clear()
+    for path in [] if results is None else results.glob("margin-results-*.json"):
+        path.unlink()
 
 
 def _computed(monkeypatch: pytest.MonkeyPatch) -> tuple[np.ndarray, float | None]:
@@ -48,8 +56,7 @@ def test_values_read_back_are_the_values_computed(
     assert detectable_drop(N, 8, ALLOWED, LEVEL) == drop  # computed, and written
     (written,) = cache.glob("margin-critical-*.npy")
     assert written.name.startswith(f"margin-critical-{critical_cache.code_key()}-{N}-4_1-")
-    margin_test.cache_clear()
-    _detectable_drop.cache_clear()
+    _forget(cache)
     # Read, not computed: a process that builds no tail table states the same drop.
     monkeypatch.setattr("evalsentry.gate.margin.TailTable", None)
     fresh = MarginTest(N, ALLOWED)
@@ -75,8 +82,7 @@ def test_a_bad_file_is_computed_again_and_rewritten(
         broken = {"nan": np.full(5, np.nan), "out of range": np.full(5, -99.0),
                   "two rows": np.zeros((2, 3))}[bad]  # fmt: skip
         np.save(written, broken)
-    margin_test.cache_clear()
-    _detectable_drop.cache_clear()
+    _forget(cache)  # the drop itself is kept too: without it the critical values are read
     assert detectable_drop(N, 8, ALLOWED, LEVEL) == drop
     reread = np.load(written)
     assert reread.ndim == 1 and np.array_equal(reread, values[: reread.size])
@@ -96,6 +102,7 @@ def test_off_or_unwritable_the_values_are_computed_all_the_same(
     monkeypatch.setenv(critical_cache.CACHE_ENV, str(blocked / "cache"))
     assert detectable_drop(N, 8, ALLOWED, LEVEL) == drop
     assert not list(tmp_path.rglob("*.npy*"))  # off, then unwritable: nothing written anywhere
+    assert not list(tmp_path.rglob("margin-results-*"))
 
 
 def test_the_default_folder_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -118,3 +125,39 @@ def test_without_its_sources_to_key_the_files_the_cache_is_off(
     finally:
         monkeypatch.undo()
         critical_cache.code_key.cache_clear()
+
+
+def test_results_are_kept_read_back_identical_and_never_trusted_blindly(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A p-value and a detectable drop are computed once; a later process reads them (no tail
+    is summed); an entry out of range, or a file that is not JSON, is computed again."""
+    from evalsentry.gate.margin import margin_p
+
+    _, drop = _computed(monkeypatch)
+    monkeypatch.setenv(critical_cache.CACHE_ENV, "")
+    p = margin_p(12, 3, N, ALLOWED)
+    monkeypatch.setenv(critical_cache.CACHE_ENV, str(cache))
+    _forget()
+    assert (margin_p(12, 3, N, ALLOWED), detectable_drop(N, 8, ALLOWED, LEVEL)) == (p, drop)
+    (results,) = cache.glob(f"margin-results-{critical_cache.code_key()}.json")
+    _forget()
+    with monkeypatch.context() as never:
+        never.setattr("evalsentry.gate.margin.margin_test", None)  # nothing may be computed
+        assert (margin_p(12, 3, N, ALLOWED), detectable_drop(N, 8, ALLOWED, LEVEL)) == (p, drop)
+    kept = json.loads(results.read_text())
+    results.write_text(json.dumps(dict.fromkeys(kept, 7.5)))  # no probability is 7.5
+    _forget()
+    assert (margin_p(12, 3, N, ALLOWED), detectable_drop(N, 8, ALLOWED, LEVEL)) == (p, drop)
+    assert json.loads(results.read_text()) == kept  # computed again and rewritten
+    results.write_text("{not json")
+    _forget()
+    assert margin_p(12, 3, N, ALLOWED) == p
+
+
+def test_only_the_newest_results_are_kept(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(critical_cache, "MAX_RESULTS", 3)
+    for i in range(5):
+        critical_cache.remembered(f"k{i}", lambda i=i: i / 10, lambda v: True)  # type: ignore[misc]
+    (results,) = cache.glob("margin-results-*.json")
+    assert json.loads(results.read_text()) == {"k2": 0.2, "k3": 0.3, "k4": 0.4}
