@@ -14,9 +14,9 @@ a folder that cannot be written leaves the values in memory only. Files are writ
 rename, so a reader never sees half of one.
 
 The results built on them (a comparison's exact p-value, a detectable drop) are kept the same
-way, in one small JSON file per code key (:func:`remembered`): a week's gate, run again or by
-another command, reads them instead of summing tails. An entry that is not a number in its
-range is computed again; the newest :data:`MAX_RESULTS` entries are kept.
+way, one JSON line each in one file per code key (:func:`remembered`): a week's gate, run again
+or by another command, reads them instead of summing tails. An entry that is not a number in
+its range is computed again; the newest :data:`MAX_RESULTS` entries are kept.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable
 from fractions import Fraction
@@ -102,10 +103,12 @@ def save(n: int, allowed: Fraction, level: float, values: NDArray[np.float64]) -
             partial.unlink(missing_ok=True)
 
 
-#: Results kept per code key; the oldest go first (a file of about a megabyte at most).
+#: Results kept per code key: the file is compacted to the newest this many when it holds twice
+#: as many lines (a file of about a megabyte at most).
 MAX_RESULTS = 20_000
-#: Each cache folder's results, read once per process.
+#: Each cache folder's results, read once per process, and the lines its file holds.
 _KEPT: dict[Path, dict[str, float | None]] = {}
+_LINES: dict[Path, int] = {}
 
 
 def remembered(
@@ -114,53 +117,73 @@ def remembered(
     """``compute()``, or the value kept under ``key`` when one is and ``sound`` accepts it.
 
     ``key`` names the function and every argument its value depends on; the code key is in the
-    file's name. None (no answer) is kept as such.
+    file's name. None (no answer) is kept as such. A new value is appended to the file as one
+    JSON line ``[key, value]`` (a line cut short by a crash is skipped when read).
     """
     folder = cache_dir()
     if folder is None:
         return compute()
     kept = _KEPT.get(folder)
     if kept is None:
-        kept = _KEPT[folder] = _read_results(folder)
+        kept, _LINES[folder] = _read_results(folder)
+        _KEPT[folder] = kept
     if key in kept:
         value = kept[key]
-        if value is None or (isinstance(value, float) and np.isfinite(value) and sound(value)):
+        if value is None or (math.isfinite(value) and sound(value)):
             return value
     value = compute()
+    kept.pop(key, None)  # the newest last
     kept[key] = value
-    while len(kept) > MAX_RESULTS:
-        del kept[next(iter(kept))]
-    _write_results(folder, kept)
+    _LINES[folder] += 1
+    if _LINES[folder] > 2 * MAX_RESULTS:
+        _compact(folder, kept)
+    else:
+        _append(folder, key, value)
     return value
 
 
 def _results_path(folder: Path) -> Path:
-    return folder / f"margin-results-{code_key()}.json"
+    return folder / f"margin-results-{code_key()}.jsonl"
 
 
-def _read_results(folder: Path) -> dict[str, float | None]:
-    """The kept results: text keys to numbers or null (anything else left out)."""
+def _read_results(folder: Path) -> tuple[dict[str, float | None], int]:
+    """The kept results, a later line winning (text keys to numbers or null), and the lines."""
     try:
-        found = json.loads(_results_path(folder).read_text())
+        lines = _results_path(folder).read_text().splitlines()
     except (OSError, ValueError):
-        return {}
-    if not isinstance(found, dict):
-        return {}
-    return {
-        k: (float(v) if v is not None else None)
-        for k, v in found.items()
-        if isinstance(k, str) and (v is None or (isinstance(v, int | float) and not isinstance(v, bool)))
-    }
+        return {}, 0
+    kept: dict[str, float | None] = {}
+    for line in lines:
+        try:
+            key, value = json.loads(line)
+        except (ValueError, TypeError):
+            continue
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if isinstance(key, str) and (value is None or number):
+            kept.pop(key, None)
+            kept[key] = None if value is None else float(value)
+    return kept, len(lines)
 
 
-def _write_results(folder: Path, kept: dict[str, float | None]) -> None:
-    """All the results, written whole by rename; a folder that cannot be written is no error."""
+def _append(folder: Path, key: str, value: float | None) -> None:
+    """One result appended as a line; a folder that cannot be written is no error."""
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+        with _results_path(folder).open("a") as handle:
+            handle.write(json.dumps([key, value]) + "\n")
+
+
+def _compact(folder: Path, kept: dict[str, float | None]) -> None:
+    """The newest :data:`MAX_RESULTS` results, written whole by rename."""
+    while len(kept) > MAX_RESULTS:
+        del kept[next(iter(kept))]
     path = _results_path(folder)
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        partial.write_text(json.dumps(kept))
+        partial.write_text("".join(json.dumps([k, v]) + "\n" for k, v in kept.items()))
         partial.replace(path)
+        _LINES[folder] = len(kept)
     except OSError:
         with contextlib.suppress(OSError):
             partial.unlink(missing_ok=True)

@@ -30,7 +30,8 @@ def _forget(results: Path | None = None) -> None:
     margin_test.cache_clear()
     _detectable_drop.cache_clear()
     critical_cache._KEPT.clear()
-    for path in [] if results is None else results.glob("margin-results-*.json"):
+    critical_cache._LINES.clear()
+    for path in [] if results is None else results.glob("margin-results-*.jsonl"):
         path.unlink()
 
 
@@ -140,24 +141,32 @@ def test_results_are_kept_read_back_identical_and_never_trusted_blindly(
     monkeypatch.setenv(critical_cache.CACHE_ENV, str(cache))
     _forget()
     assert (margin_p(12, 3, N, ALLOWED), detectable_drop(N, 8, ALLOWED, LEVEL)) == (p, drop)
-    (results,) = cache.glob(f"margin-results-{critical_cache.code_key()}.json")
+    (results,) = cache.glob(f"margin-results-{critical_cache.code_key()}.jsonl")
     _forget()
     with monkeypatch.context() as never:
         never.setattr("evalsentry.gate.margin.margin_test", None)  # nothing may be computed
         assert (margin_p(12, 3, N, ALLOWED), detectable_drop(N, 8, ALLOWED, LEVEL)) == (p, drop)
-    kept = json.loads(results.read_text())
-    results.write_text(json.dumps(dict.fromkeys(kept, 7.5)))  # no probability is 7.5
+    kept = results.read_text()
+    keys = [json.loads(line)[0] for line in kept.splitlines()]
+    results.write_text("".join(json.dumps([k, 7.5]) + "\n" for k in keys))  # no probability
     _forget()
     assert (margin_p(12, 3, N, ALLOWED), detectable_drop(N, 8, ALLOWED, LEVEL)) == (p, drop)
-    assert json.loads(results.read_text()) == kept  # computed again and rewritten
-    results.write_text("{not json")
+    assert results.read_text().endswith(kept)  # computed again, appended: the newest line wins
+    results.write_text('["p 400 4/1 12 3", 0.5')  # a line cut short by a crash
     _forget()
     assert margin_p(12, 3, N, ALLOWED) == p
 
 
 def test_only_the_newest_results_are_kept(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(critical_cache, "MAX_RESULTS", 3)
-    for i in range(5):
+    """Appended line by line; at twice the limit the file is rewritten with the newest."""
+    monkeypatch.setattr(critical_cache, "MAX_RESULTS", 2)
+    for i in range(4):
         critical_cache.remembered(f"k{i}", lambda i=i: i / 10, lambda v: True)  # type: ignore[misc]
-    (results,) = cache.glob("margin-results-*.json")
-    assert json.loads(results.read_text()) == {"k2": 0.2, "k3": 0.3, "k4": 0.4}
+    (results,) = cache.glob("margin-results-*.jsonl")
+    assert [json.loads(line) for line in results.read_text().splitlines()] == [
+        ["k0", 0.0], ["k1", 0.1], ["k2", 0.2], ["k3", 0.3]
+    ]
+    critical_cache.remembered("k4", lambda: 0.4, lambda v: True)
+    assert results.read_text() == '["k3", 0.3]\n["k4", 0.4]\n'
+    _forget()
+    assert critical_cache.remembered("k3", lambda: 9.0, lambda v: True) == 0.3  # read back
