@@ -112,12 +112,13 @@ _LINES: dict[Path, int] = {}
 
 
 def remembered(
-    key: str, compute: Callable[[], float | None], sound: Callable[[float], bool]
+    key: str, compute: Callable[[], float | None], sound: Callable[[float | None], bool]
 ) -> float | None:
     """``compute()``, or the value kept under ``key`` when one is and ``sound`` accepts it.
 
     ``key`` names the function and every argument its value depends on; the code key is in the
-    file's name. None (no answer) is kept as such. A new value is appended to the file as one
+    file's name. None (no answer) is kept as such, and read back only where ``sound`` accepts
+    None. A new value is appended to the file as one
     JSON line ``[key, value]`` (a line cut short by a crash is skipped when read).
     """
     folder = cache_dir()
@@ -129,7 +130,7 @@ def remembered(
         _KEPT[folder] = kept
     if key in kept:
         value = kept[key]
-        if value is None or (math.isfinite(value) and sound(value)):
+        if (value is None or math.isfinite(value)) and sound(value):
             return value
     value = compute()
     kept.pop(key, None)  # the newest last

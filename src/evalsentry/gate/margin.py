@@ -381,11 +381,16 @@ def margin_p(newly_wrong: int, newly_right: int, n: int, allowed: Fraction) -> f
     found = critical_cache.remembered(
         key, lambda: margin_test(n, allowed).p_value(newly_wrong, newly_right), _is_probability
     )
-    return 1.0 if found is None else found
+    return 1.0 if found is None else found  # never None: a kept null is not a probability
 
 
-def _is_probability(value: float) -> bool:
-    return 0.0 <= value <= 1.0
+def _is_probability(value: float | None) -> bool:
+    return value is not None and 0.0 <= value <= 1.0
+
+
+def _is_drop(value: float | None) -> bool:
+    """A detectable drop: a share of the examples, or None (none is detected that often)."""
+    return value is None or 0.0 < value <= 1.0
 
 
 def detectable_drop(
@@ -435,7 +440,7 @@ def _detectable_drop(
     """:func:`detectable_drop` at a level already rounded to two significant digits (kept)."""
     key = f"d {n} {newly_right} {allowed.numerator}/{allowed.denominator} {level!r} {power!r} {largest!r}"  # fmt: skip
     return critical_cache.remembered(
-        key, lambda: _search_drop(n, newly_right, allowed, level, power, largest), _is_probability
+        key, lambda: _search_drop(n, newly_right, allowed, level, power, largest), _is_drop
     )
 
 

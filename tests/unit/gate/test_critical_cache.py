@@ -155,13 +155,16 @@ def test_results_are_kept_read_back_identical_and_never_trusted_blindly(
     results.write_text('["p 400 4/1 12 3", 0.5')  # a line cut short by a crash
     _forget()
     assert margin_p(12, 3, N, ALLOWED) == p
+    results.write_text('["p 400 4/1 12 3", null]\n')  # a p-value is never "no answer"
+    _forget()
+    assert margin_p(12, 3, N, ALLOWED) == p
 
 
 def test_only_the_newest_results_are_kept(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Appended line by line; at twice the limit the file is rewritten with the newest."""
     monkeypatch.setattr(critical_cache, "MAX_RESULTS", 2)
     for i in range(4):
-        critical_cache.remembered(f"k{i}", lambda i=i: i / 10, lambda v: True)  # type: ignore[misc]
+        critical_cache.remembered(f"k{i}", lambda i=i: i / 10, lambda _: True)  # type: ignore[misc]
     (results,) = cache.glob("margin-results-*.jsonl")
     assert [json.loads(line) for line in results.read_text().splitlines()] == [
         ["k0", 0.0], ["k1", 0.1], ["k2", 0.2], ["k3", 0.3]
