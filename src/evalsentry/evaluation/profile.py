@@ -18,6 +18,7 @@ it served, for tokens per second.
 
 from __future__ import annotations
 
+import functools
 import math
 import resource
 import sys
@@ -116,8 +117,9 @@ def profile_batches(
     return ServingProfile(str(target), calls, _peak_memory(target))
 
 
-#: The ``i``-th call's inputs (positional tensor or keyword inputs) and its real tokens (None).
-Prepare = Callable[[int], tuple[Any, int | None]]
+#: The ``i``-th call's positional and keyword inputs, on the device, and its real tokens (None
+#: for tensor inputs).
+Prepare = Callable[[int], tuple[tuple[Any, ...], dict[str, Any], int | None]]
 
 
 def _slices(sample: torch.Tensor, size: int, target: torch.device) -> Prepare:
@@ -125,7 +127,12 @@ def _slices(sample: torch.Tensor, size: int, target: torch.device) -> Prepare:
     rows = len(sample)
     pool = sample if rows >= size else sample.repeat((math.ceil(size / rows),) + (1,) * (sample.dim() - 1))  # fmt: skip
     starts = list(range(0, max(len(pool) - size, 0) + 1, size)) or [0]
-    return lambda i: (pool[starts[i % len(starts)] :][:size].to(target), None)
+
+    def prepare(i: int) -> tuple[tuple[Any, ...], dict[str, Any], None]:
+        start = starts[i % len(starts)]
+        return (pool[start : start + size].to(target),), {}, None
+
+    return prepare
 
 
 def _requests(evalset: Evalset, size: int, target: torch.device) -> Prepare:
@@ -134,8 +141,8 @@ def _requests(evalset: Evalset, size: int, target: torch.device) -> Prepare:
 
     rows = len(evalset)
 
-    def prepare(i: int) -> tuple[Any, int | None]:
-        return served_batch(evalset, (np.arange(size) + i * size) % rows, target)
+    def prepare(i: int) -> tuple[tuple[Any, ...], dict[str, Any], int]:
+        return (), *served_batch(evalset, (np.arange(size) + i * size) % rows, target)
 
     return prepare
 
@@ -146,25 +153,23 @@ def _calls(
     """One batch size's timed calls, after a warm-up call."""
     import torch
 
-    def sync() -> None:
-        torch.cuda.synchronize(target)
-
-    wait = sync if target.type == "cuda" else (lambda: None)
+    wait = functools.partial(torch.cuda.synchronize, target) if target.type == "cuda" else None
     seconds: list[float] = []
     tokens: list[int] = []
     with torch.inference_mode():
-        inputs, _ = prepare(0)
-        model(**inputs) if isinstance(inputs, dict) else model(inputs)  # warm-up: allocator, caches
+        args, kwargs, _ = prepare(0)
+        model(*args, **kwargs)  # warm-up: allocator, kernels, caches
         began = time.perf_counter()
         while len(seconds) < MAX_CALLS and (
             len(seconds) < MIN_CALLS or time.perf_counter() - began < share
         ):
-            inputs, count = prepare(len(seconds))
-            args, kwargs = ((), inputs) if isinstance(inputs, dict) else ((inputs,), {})
-            wait()
+            args, kwargs, count = prepare(len(seconds))
+            if wait is not None:
+                wait()
             tick = time.perf_counter()
             model(*args, **kwargs)
-            wait()
+            if wait is not None:
+                wait()
             seconds.append(time.perf_counter() - tick)
             tokens += [] if count is None else [count]
     return BatchProfile(size, seconds, tokens or None)

@@ -221,7 +221,8 @@ def _reductions(path: str, log: Any) -> dict[str, dict[str, float]]:
         reducer = score.reducer or _epochs_reducer(log)
         if score.name not in logged and reducer not in (None, "mean"):
             raise HarnessLogInvalid(path, "reductions", f"scorer {score.name!r} is reduced by {reducer!r} and the log holds no reduced score", _FIX)  # fmt: skip
-    samples = {str(sample_id) for sample_id in log.eval.dataset.sample_ids or []}
+    # Every sample the log holds (not the dataset's sample_ids, an optional field of Inspect's).
+    samples = {str(sample.id) for sample in log.samples or []}
     for name, reduction in logged.items():
         for item in reduction.samples:
             where = f"reductions.{name}[{item.sample_id}]"

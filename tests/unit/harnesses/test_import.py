@@ -682,6 +682,21 @@ class TestTheHarnessesOwnNumbers:
         lineage = json.loads(history(project).evaluations().iloc[0]["config_json"])
         assert lineage["scoring"]["epochs_reducer"] == ["at_least_1"]
 
+    def test_a_sample_the_reduction_misses_is_refused(
+        self, harness_logs: Path, project: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        """A reduction must cover every sample the log holds: one missing is refused, never
+        averaged over its epochs beside the others' reduced scores."""
+        from inspect_ai.log import read_eval_log, write_eval_log
+
+        log = read_eval_log(inspect_log(harness_logs, "reduced"))
+        assert log.reductions
+        log.reductions[0].samples = log.reductions[0].samples[1:]
+        damaged = tmp_path / "damaged.json"
+        write_eval_log(log, str(damaged), format="json")
+        code, _, err = import_inspect(capsys, project, str(damaged), "2026-W40")
+        assert code == 2 and "no reduced score for 1 sample(s)" in err, err
+
 
 def test_in_a_task_group_an_edit_is_matched_within_its_subtask() -> None:
     """Doc 6 leaving subtask a and doc 6 joining subtask b is no edit: one gone, one new."""
