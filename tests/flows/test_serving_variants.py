@@ -90,6 +90,8 @@ def test_a_variant_is_built_from_its_parent_listed_under_it_and_evaluated(
     production = evaluations[evaluations["version"] == 1].iloc[-1]
     assert abs(row["examples_per_s"]) > 0 and production["status"] == "ok"
 
+    weighed_again_without_its_parent(Path(parent.uri), capsys)
+
     # Promoted, the week's paired timing loads both in one child, the variant transformed.
     assert main(["registry", "promote", "toy", "2"]) == 0
     assert main(["run", "--week", "2026-W41"]) in (0, 1)  # a slower variant is a WARN
@@ -100,6 +102,18 @@ def test_a_variant_is_built_from_its_parent_listed_under_it_and_evaluated(
     timed = [line for line in out.splitlines() if row_re.search(line)]
     assert len(timed) == 1, out
     assert re.search(r"\d+\.\d+x the time per example of v1 on cpu", timed[0]), timed[0]
+
+
+def weighed_again_without_its_parent(parent: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Weighed again when its parent's file cannot be read: the newest weighing says the cost
+    was not weighed, and the bill claims nothing from the older one."""
+    parent.rename(parent.with_suffix(".away"))
+    assert main(["evaluate", "--model", "toy", "--version", "2"]) == 0
+    said = capsys.readouterr().out
+    assert "toy@v2 (dynamic-int8 of v1): cost not weighed: paired timing against v1 could not run" in said  # fmt: skip
+    assert main(["cost", "--lifetime"]) == 0
+    assert "serving v2" not in capsys.readouterr().out
+    parent.with_suffix(".away").rename(parent)
 
 
 @pytest.fixture

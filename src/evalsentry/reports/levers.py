@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from evalsentry.evaluation.serving import CHEAPER, COST_HELD, COSTLIER, METHOD
+from evalsentry.gate.verdicts import Reference
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -89,28 +90,30 @@ class Lever:
 def levers(
     history: History, until: str | None = None, evaluations: pd.DataFrame | None = None
 ) -> list[Lever]:
-    """Each weighed variant's newest row, by line and version (to ``until``'s week only).
+    """Each variant's newest weighing, by line and version (to ``until``'s week only).
 
-    ``evaluations``: the history's evaluation rows where the caller has read them already
-    (each row's device prices its serving).
+    Only the history's current evaluations count (``evaluations``: those rows where the caller
+    has read and cut them to ``until`` already; each row's device prices its serving). A
+    variant whose newest weighing could not time it ("cost not weighed") has no lever: an older
+    saving is not claimed again.
     """
-    import pandas as pd
-
+    from evalsentry.names import TIMING_METRIC
     from evalsentry.weeks import weeks_up_to
 
-    rows = history.comparisons()
-    rows = rows[rows["method"] == METHOD] if "method" in rows else rows.iloc[0:0]
-    if until is not None:
-        rows = rows[rows["week"].isin(weeks_up_to(rows["week"], until))]
-    if rows.empty:
+    if evaluations is None:
+        evaluations = history.evaluations()
+        if until is not None and not evaluations.empty:
+            evaluations = evaluations[evaluations["week"].isin(weeks_up_to(evaluations["week"], until))]  # fmt: skip
+    if evaluations.empty:
         return []
-    rows_read = history.evaluations() if evaluations is None else evaluations
-    devices = rows_read.set_index("evaluation_id")["device"]
+    rows = history.comparisons(evaluations["evaluation_id"])
+    rows = rows[(rows["metric"] == TIMING_METRIC) & (rows["reference"] == Reference.PRODUCTION.value)]
+    devices = evaluations.set_index("evaluation_id")["device"]
     newest = rows.sort_values("created_at").groupby(["model", "version"]).tail(1)
     found = []
     for row in newest.itertuples():
-        if pd.isna(row.value) or pd.isna(row.reference_value) or pd.isna(row.reference_version):
-            continue  # the timing could not run: nothing to bill
+        if row.method != METHOD:  # its timing could not run: nothing to bill
+            continue
         word = _WORD.match(str(row.reason))
         transform = _TRANSFORM.search(str(row.reason))
         found.append(
@@ -119,7 +122,7 @@ def levers(
                 transform.group(1) if transform else "variant",
                 word.group(1) if word else str(row.verdict), str(row.week),
                 float(row.reference_value) / 1e6, float(row.value) / 1e6,
-                str(devices.get(row.evaluation_id, "cpu")), str(row.reason),
+                str(devices[row.evaluation_id]), str(row.reason),
             )
         )  # fmt: skip
     return sorted(found, key=lambda lever: (lever.model, lever.version))
