@@ -66,7 +66,7 @@ def profile(
     rows = [_row(b, price, settings.cost.currency) for b in found.batches]
     headers = HEADERS + (TOKEN_HEADERS if found.batches[0].tokens is not None else [])
     print_table(f"Serving profile of {target.label} on {name} ({found.device})", headers, rows)
-    raise typer.Exit(_verdict(found, target.uri, model, settings, price))
+    raise typer.Exit(_verdict(found, target.uri, model, settings))
 
 
 def _sizes(text: str) -> list[int]:
@@ -96,12 +96,11 @@ def _ms(value: float) -> str:
     return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
 
 
-def _verdict(
-    found: ServingProfile, uri: str, model: str, settings: Config, price: float | None
-) -> int:
+def _verdict(found: ServingProfile, uri: str, model: str, settings: Config) -> int:
     """What the profile says, in lines; 1 when no batch size meets the line's p99 budget."""
-    from evalsentry.cost.units import DAYS_PER_MONTH, money
+    from evalsentry.cost.units import money
     from evalsentry.errors import readable_bytes
+    from evalsentry.evaluation.timing import serving_bill
 
     peak = readable_bytes(found.peak_memory_bytes) if found.peak_memory_bytes else "n/a"
     on_disk = readable_bytes(Path(uri).stat().st_size) if Path(uri).is_file() else "n/a"
@@ -115,11 +114,10 @@ def _verdict(
         return 1
     said = f"within p99 {budget:g} ms" if budget is not None else "with no latency budget set"
     echo(f"cheapest batch size {said}: {best.batch_size} ({best.throughput:,.0f} examples/s, p99 {_ms(best.latency_ms(99))} ms)")  # fmt: skip
-    if traffic is not None and price:
-        month = traffic.requests_per_day / best.throughput / 3600 * DAYS_PER_MONTH * price
-        echo(
-            f"at {traffic.requests_per_day:,.0f} requests/day: {money(month, settings.cost.currency)}/month"
-        )
+    bill = serving_bill(settings, model, found.device)
+    if bill is not None:
+        month = money(bill.month(1 / best.throughput), settings.cost.currency)
+        echo(f"at {bill.requests_per_day:,.0f} requests/day: {month}/month")
     if budget is None:
         echo(f"set traffic.{model}.latency_p99_ms to find the cheapest batch size within a latency budget")  # fmt: skip
     return 0

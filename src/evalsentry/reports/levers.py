@@ -78,7 +78,8 @@ class Lever:
             return f"{name}: not weighed, its quality {self.verdict} ({self.week}; {ratio:.2f}x the time per example)"  # fmt: skip
         months = self.month(config)
         if months is None:
-            return f"{name}: {self.verdict}, {ratio:.2f}x the time per example ({self.week}; declare traffic.{self.model} for the month's bill)"  # fmt: skip
+            missing = f"traffic.{self.model}" if self.model not in config.traffic else f"cost.per_device_hour.{self.device.split(':')[0]}"  # fmt: skip
+            return f"{name}: {self.verdict}, {ratio:.2f}x the time per example ({self.week}; declare {missing} for the month's bill)"  # fmt: skip
         if self.verdict == COST_HELD:
             return f"{name}: the paired rounds showed no difference in cost ({self.week})"
         change = months[0] - months[1]
