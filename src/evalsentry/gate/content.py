@@ -236,12 +236,12 @@ def unchanged_ids(
         same &= np.asarray(reference[column])[at_ref] == np.asarray(current[column])[at_cur]
     gone = np.flatnonzero(~np.isin(ids_ref, ids_cur))
     new = np.flatnonzero(~np.isin(ids_cur, ids_ref))
-    edited = int(_edited(reference, current, gone, new)[1].sum())
+    edited_gone, edited_new = _edited(reference, current, gone, new)
     counts = {
         "changed": int((~same).sum()),
-        "edited": edited,
-        "not in this run": gone.size - edited,
-        "new": new.size - edited,
+        "edited": int(edited_new.sum()),
+        "not in this run": int((~edited_gone).sum()),
+        "new": int((~edited_new).sum()),
     }
     left = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
     return common[same], f"{sum(counts.values())} left out: {left}"
