@@ -8,6 +8,8 @@ import unicodedata
 from collections.abc import Sequence
 from typing import TextIO
 
+from evalsentry.harnesses.example_text import visible
+
 
 def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
     """``text`` and a newline on stdout (stderr with ``err``), as Typer's echo but importing nothing.
@@ -63,17 +65,6 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[obje
     echo("  ".join("-" * w for w in widths))
     for row in cells[1:]:
         echo(line(row))
-
-
-def visible(text: str) -> str:
-    """``text`` with each control or format character shown as its escape.
-
-    ESC, NUL, a bidi override, a zero-width mark: a value from the data (a slice, a name in a log) never moves the cursor, recolours, or
-    reorders what follows it.
-    """
-    return "".join(
-        repr(char)[1:-1] if unicodedata.category(char) in ("Cc", "Cf") else char for char in text
-    )
 
 
 def _width(text: str) -> int:

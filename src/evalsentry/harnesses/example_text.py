@@ -12,11 +12,10 @@ They are shown, escaped, in reports and refusals; nothing is computed from them.
 from __future__ import annotations
 
 import math
-import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 #: The most characters of each text kept per example.
 TEXT_CHARS = 200
 #: The per-example text columns, in the order they are shown.
@@ -26,17 +25,20 @@ QUESTION_FIELDS = ("question", "query", "problem", "prompt", "input", "goal", "s
 
 
 def visible(text: str) -> str:
-    r"""``text`` with its control and invisible characters as escapes (``\x1b``, ``\u202e``).
+    r"""``text`` with each control or format character as its escape (``\x1b``, ``\u202e``).
 
-    Control characters (ESC, NUL) and those that reorder or hide text (bidi overrides,
-    zero-width marks): a log's text is shown, never acted on.
+    Control characters (ESC, NUL) and format ones, which reorder or hide text (bidi overrides
+    and marks, zero-width characters, the byte-order mark): a value from data or a log is shown,
+    never acted on. One helper for the console tables, the HTML report and imported texts.
     """
-    return _CONTROL.sub(_escape, text)
+    return "".join(_escape(char) if unicodedata.category(char) in ("Cc", "Cf") else char for char in text)  # fmt: skip
 
 
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def clip(value: Any) -> str:

@@ -39,3 +39,16 @@ def test_a_multiple_choice_answer_is_its_likeliest_choice() -> None:
         "2",
         "3",
     )
+
+
+def test_every_format_character_is_an_escape_in_the_console_and_the_report_alike() -> None:
+    """One helper: the Arabic letter mark, word joiner, byte-order mark and a language tag are
+    format characters (category Cf) like the bidi overrides; the console and HTML show escapes."""
+    from evalsentry.cli.output import visible as console_visible
+    from evalsentry.harnesses.example_text import visible
+    from evalsentry.reports.html_report import esc
+
+    text = "a\u061cb\u2060c\ufeffd\U000e0001e\tf"
+    assert visible(text) == "a\\u061cb\\u2060c\\ufeffd\\U000e0001e\\x09f"
+    assert console_visible is visible
+    assert esc(text) == "a\\u061cb\\u2060c\\ufeffd\\U000e0001e\\x09f"
