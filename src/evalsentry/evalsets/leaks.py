@@ -118,32 +118,30 @@ def check_leaks(
     if table.num_rows == 0:  # nothing compared is never "checked, nothing found"
         raise EvalsetError(f"no training rows at {train}: give the data the line was trained on")
     where = train
-    try:
-        if isinstance(evalset.inputs, TokenInputs):
-            from evalsentry.evalsets.near_tokens import DEFAULT_JACCARD, SHINGLE
-
-            threshold = DEFAULT_JACCARD if jaccard is None else jaccard
-            theirs = token_inputs(table, evalset.spec.inputs, where)
-            leaks = _token_leaks(evalset, evalset.inputs.tokens, theirs.tokens, threshold)
-            method = (
-                f"exact rows, near ones by MinHash LSH ({SHINGLE}-gram Jaccard >= {threshold:g}, "
-                f"confirmed exactly), and shared {NGRAM}-grams of token ids"
-            )
-        else:
-            mine = np.asarray(evalset.inputs)
-            leaks = _fixed_leaks(
-                evalset, mine, inputs_array(table, evalset.spec.inputs, where), decimals
-            )
-            method = f"exact rows, and near ones after rounding to {decimals} decimal place(s)"
+    tokens = isinstance(evalset.inputs, TokenInputs)
+    try:  # only the reading of their inputs: an error past it is no fault of the data's
+        theirs = (token_inputs if tokens else inputs_array)(table, evalset.spec.inputs, where)
     except (KeyError, pa.ArrowInvalid, ValueError, TypeError) as exc:
         # a missing column, or one whose values the evalset's inputs cannot be (text for numbers)
-        raise EvalsetError(f"{train}: does not hold {evalset.spec.name}'s inputs ({exc})") from None
+        raise EvalsetError(f"the training data does not hold {evalset.spec.name}'s inputs ({exc}): {train}") from None  # fmt: skip
     except EvalsetError as exc:  # the inputs' own refusal, whose fix is an evalset's
         said = str(exc).rsplit("; ", 1)[0]
         raise EvalsetError(
             f"{said}; the training data must hold {evalset.spec.name}'s input columns in the "
             "types the evalset was frozen with"
         ) from None
+    if isinstance(theirs, TokenInputs) and isinstance(evalset.inputs, TokenInputs):
+        from evalsentry.evalsets.near_tokens import DEFAULT_JACCARD, SHINGLE
+
+        threshold = DEFAULT_JACCARD if jaccard is None else jaccard
+        leaks = _token_leaks(evalset, evalset.inputs.tokens, theirs.tokens, threshold)
+        method = (
+            f"exact rows, near ones by MinHash LSH ({SHINGLE}-gram Jaccard >= {threshold:g}, "
+            f"confirmed exactly), and shared {NGRAM}-grams of token ids"
+        )
+    else:
+        leaks = _fixed_leaks(evalset, np.asarray(evalset.inputs), np.asarray(theirs), decimals)
+        method = f"exact rows, and near ones after rounding to {decimals} decimal place(s)"
     return LeakCheck(evalset.spec.name, train, table.num_rows, len(evalset), method, leaks)
 
 

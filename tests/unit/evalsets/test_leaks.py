@@ -191,6 +191,10 @@ def test_token_rows_found_exact_near_or_by_a_shared_13_gram(
     pq.write_table(pa.table({"ids": ["some text"]}), tmp_path / "strings.parquet")
     with pytest.raises(EvalsetError, match="the training data must hold lm's input columns in"):
         check_leaks(load_evalset(tmp_path / "lm"), str(tmp_path / "strings.parquet"))
+    # Without the input column at all: what is wrong first, then the file.
+    pq.write_table(pa.table({"other": [[1, 2, 3]]}), tmp_path / "other.parquet")
+    with pytest.raises(EvalsetError, match=r"^the training data does not hold lm's inputs \("):
+        check_leaks(load_evalset(tmp_path / "lm"), str(tmp_path / "other.parquet"))
 
 
 def test_row_hashes_differ_for_different_rows_and_agree_for_equal_ones() -> None:
