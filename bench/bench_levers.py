@@ -32,8 +32,6 @@ from typing import Any
 
 REPO = Path(__file__).parents[1]
 TABLE = REPO / "bench" / "results" / "levers.md"
-_ROUNDS = re.compile(r"(\d+\.\d+)x the time per example \(median of \d+ paired rounds, (\d+\.\d+)x to (\d+\.\d+)x")  # fmt: skip
-_WORD = re.compile(r"^(CHEAPER|COSTLIER|COST HELD):")
 
 
 def _cli(*args: str) -> str:
@@ -82,6 +80,7 @@ def _project(root: Path, quick: bool) -> None:
 
 def _weighed(root: Path, line: str, version: int) -> dict[str, Any]:
     """Evaluate ``line@vN`` and read its weighed row and headline comparison from the history."""
+    from evalsentry.evaluation.serving import said_in
     from evalsentry.history.store import History
 
     _cli("evaluate", "--model", line, "--version", str(version))
@@ -92,21 +91,19 @@ def _weighed(root: Path, line: str, version: int) -> dict[str, Any]:
     headline = "accuracy" if line == "digits" else "perplexity"
     quality = rows[(rows["metric"] == headline) & (rows["reference"] == "production")].iloc[-1]
     reason = str(weighed["reason"])
-    made = re.search(r"\((\S+ of v\d+)\)", reason)
-    word = _WORD.search(reason)
-    rounds = _ROUNDS.search(reason)
+    said = said_in(reason)
     change = float(quality["delta"]) * 100
     unit = " pts"
     if headline == "perplexity":
         change, unit = change / float(quality["reference_value"]), "%"
     return {
-        "variant": f"{line}@v{version} ({made.group(1) if made else '?'})",
-        "verdict": word.group(1) if word else f"{weighed['verdict']}: {_quality_said(reason)}",
+        "variant": f"{line}@v{version} ({said.made} of v{int(weighed['reference_version'])})",
+        "verdict": said.word or f"{weighed['verdict']}: {_quality_said(reason)}",
         "quality": f"{headline} {change:+.2f}{unit} ({quality['verdict']})",
         "change": change,
-        "ratio": float(rounds.group(1)) if rounds else float("nan"),
-        "low": float(rounds.group(2)) if rounds else float("nan"),
-        "high": float(rounds.group(3)) if rounds else float("nan"),
+        "ratio": float("nan") if said.ratio is None else said.ratio,
+        "low": float("nan") if said.low is None else said.low,
+        "high": float("nan") if said.high is None else said.high,
     }
 
 

@@ -19,7 +19,9 @@ With the line's traffic declared, the row says what a month of serving costs wit
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from evalsentry.gate.verdicts import SEVERITY, Comparison, Reference, Verdict
@@ -37,6 +39,31 @@ CHEAPER, COSTLIER, COST_HELD = "CHEAPER", "COSTLIER", "COST HELD"
 #: What a distilled student is of its teacher, where a variant names its transform.
 STUDENT = "student"
 METHOD = "paired timing and quality"
+
+
+#: How a weighed row's reason is read back (the lifetime bill, the weekly reports, the bench):
+#: the word it starts with, what the candidate is made from, and the paired rounds' ratios.
+_WORD = re.compile(rf"^({CHEAPER}|{COSTLIER}|{COST_HELD}): ")
+_MADE = re.compile(r"\(([\w-]+) of v\d+\)")
+_ROUNDS = re.compile(r"(\d+\.\d+)x the time per example \(median of \d+ paired rounds, (\d+\.\d+)x to (\d+\.\d+)x")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Said:
+    """What a weighed row's reason says, as :func:`weigh` writes it."""
+
+    word: str | None  # CHEAPER, COSTLIER, COST HELD; None where quality was not held
+    made: str  # the transform, or ``student``
+    ratio: float | None  # the median paired round's time ratio, and the rounds' range
+    low: float | None
+    high: float | None
+
+
+def said_in(reason: str) -> Said:
+    """Read :func:`weigh`'s reason back (its one reader, beside its one writer)."""
+    word, made, rounds = _WORD.match(reason), _MADE.search(reason), _ROUNDS.search(reason)
+    ratios = [float(x) for x in rounds.groups()] if rounds else [None, None, None]
+    return Said(word.group(1) if word else None, made.group(1) if made else "variant", *ratios)
 
 
 class TeacherNotRegistered(LookupError):

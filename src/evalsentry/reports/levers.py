@@ -9,11 +9,10 @@ with the variant, and what choosing the variant saves, or would add.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from evalsentry.evaluation.serving import CHEAPER, COST_HELD, COSTLIER, METHOD
+from evalsentry.evaluation.serving import CHEAPER, COST_HELD, COSTLIER, METHOD, said_in
 from evalsentry.gate.verdicts import Reference
 
 if TYPE_CHECKING:
@@ -22,12 +21,6 @@ if TYPE_CHECKING:
     from evalsentry.config import Config
     from evalsentry.history.store import History
 
-#: The verdict word a weighed row starts with (``CHEAPER: ...``); other rows carry none.
-_WORD = re.compile(rf"^({CHEAPER}|{COSTLIER}|{COST_HELD}): ")
-#: Where a weighed row's reason names the transform: ``cancer@v10 (dynamic-int8 of v8)``.
-_TRANSFORM = re.compile(r"\(([\w-]+) of v\d+\)")
-#: The paired rounds' median ratio, as the weighed row's reason states it.
-_RATIO = re.compile(r"(\d+(?:\.\d+)?)x the time per example")
 #: Headers of :func:`lever_rows`.
 LEVER_HEADERS = [
     "variant",
@@ -72,8 +65,8 @@ class Lever:
         from evalsentry.cost.units import money
 
         name = f"{self.model}: serving v{self.version} ({self.transform}) instead of v{self.parent}"
-        said = _RATIO.search(self.reason)  # the row's own number: the median paired round's
-        ratio = float(said.group(1)) if said else self.variant_s / self.parent_s
+        said = said_in(self.reason).ratio  # the row's own number: the median paired round's
+        ratio = said if said is not None else self.variant_s / self.parent_s
         if self.verdict not in (CHEAPER, COSTLIER, COST_HELD):
             return f"{name}: not weighed, its quality {self.verdict} ({self.week}; {ratio:.2f}x the time per example)"  # fmt: skip
         months = self.month(config)
@@ -115,13 +108,11 @@ def levers(
     for row in newest.itertuples():
         if row.method != METHOD:  # its timing could not run: nothing to bill
             continue
-        word = _WORD.match(str(row.reason))
-        transform = _TRANSFORM.search(str(row.reason))
+        said = said_in(str(row.reason))
         found.append(
             Lever(
-                str(row.model), int(row.version), int(row.reference_version),
-                transform.group(1) if transform else "variant",
-                word.group(1) if word else str(row.verdict), str(row.week),
+                str(row.model), int(row.version), int(row.reference_version), said.made,
+                said.word or str(row.verdict), str(row.week),
                 float(row.reference_value) / 1e6, float(row.value) / 1e6,
                 str(devices[row.evaluation_id]), str(row.reason),
             )

@@ -176,3 +176,13 @@ def test_a_variant_is_weighed_against_its_parent_and_a_student_against_its_teach
     assert weighed_against(variant, unread) == (1, "bf16")  # type: ignore[arg-type]
     with pytest.raises(TeacherNotRegistered, match="is no registered version of toy"):
         weighed_against(Target.from_entry(entry), lambda: [entry])  # its teacher's entry is gone
+
+
+def test_a_weighed_row_is_read_back_as_it_was_written() -> None:
+    """The bill, the reports and the bench read weigh's reason through one reader beside it."""
+    from evalsentry.evaluation.serving import Said, said_in
+
+    cheaper = weigh(LABEL, quality(Verdict.PASS), timed(0.6, 0.62, 0.61, 1.05, 0.63), OWNER, {})
+    assert said_in(cheaper.reason) == Said("CHEAPER", "dynamic-int8", 0.62, 0.60, 1.05)
+    failed = weigh("digits@v5 (student of v1)", quality(Verdict.FAIL), timed(0.3, 0.3), OWNER, {})
+    assert said_in(failed.reason) == Said(None, "student", 0.30, 0.30, 0.30)
