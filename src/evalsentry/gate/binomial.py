@@ -94,7 +94,13 @@ def _walk(
 
     Each step multiplies the term by the next ratio and adds it to the total; a walk ends on
     the first term that no longer changes its total. The arrays hold only the walks still going.
+    A few walks go in plain Python floats (the same IEEE arithmetic, step for step), where
+    numpy's per-call cost on arrays of one would be most of the time.
     """
+    if j.size <= _SCALAR_WALKS:
+        return np.array(
+            [_walk_one(*map(float, v), up=up) for v in zip(j, n, odds, term, total, strict=True)]
+        )
     done = total.copy()
     going = np.arange(j.size)
     while going.size:
@@ -108,6 +114,21 @@ def _walk(
             going = going[on]
             j, n, odds, term, total = j[on], n[on], odds[on], term[on], total[on]
     return done
+
+
+#: Up to this many walks go one by one in Python floats (see :func:`_walk`).
+_SCALAR_WALKS = 4
+
+
+def _walk_one(j: float, n: float, odds: float, term: float, total: float, *, up: bool) -> float:
+    """One walk of :func:`_walk`, step for step in Python floats."""
+    while True:
+        ratio = (n - j) / (j + 1.0) * odds if up else j / (n - j + 1.0) / odds
+        j = j + (1.0 if up else -1.0)
+        term = term * ratio
+        total = total + term
+        if not term > total * 1e-17:
+            return total
 
 
 def binomial_tails(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> tuple[FloatArray, FloatArray]:

@@ -200,15 +200,13 @@ def swap_values(
         _unswapped(metrics, spans, terms, select, moves[0], n_swaps) for select in selections
     ]
     if moves[0].size and n_swaps:
-        owners = _owners(moves[0], clusters)
+        owners = None if clusters is None else _owners(moves[0], clusters)
         _fill_swapped(results, metrics, spans, moves, terms.width, (n_swaps, seed), owners)
     return [SwapValues(m.reference, m.current, m.size) for m in results]
 
 
-def _owners(changed: NDArray[np.intp], clusters: NDArray[np.intp] | None) -> NDArray[np.intp]:
-    """Per changed example, which swap decision moves it: its own, or its cluster's."""
-    if clusters is None:
-        return np.arange(changed.size, dtype=np.intp)
+def _owners(changed: NDArray[np.intp], clusters: NDArray[np.intp]) -> NDArray[np.intp]:
+    """Per changed example, which swap decision moves it: its cluster's."""
     _, owner = np.unique(np.asarray(clusters, np.intp)[changed], return_inverse=True)
     return owner.ravel().astype(np.intp)
 
@@ -269,17 +267,19 @@ def _fill_swapped(
     moves: tuple[NDArray[np.intp], NDArray[np.intp], FloatArray],
     width: int,
     draws: tuple[int, int],
-    owners: NDArray[np.intp],
+    owners: NDArray[np.intp] | None,
 ) -> None:
     """Fill rows 1..``n_swaps`` of every mask's values, drawing the swaps block by block.
 
-    ``draws`` is ``(n_swaps, seed)``; one fair decision is drawn per owner (an example, or a
-    cluster) and moves every changed example it owns.
+    ``draws`` is ``(n_swaps, seed)``; one fair decision is drawn per owner (a cluster: ``owners``
+    says whose each changed example is; ``None``, each changed example its own) and moves every
+    changed example it owns. Where the selection is everything, no copy of the draws is taken:
+    those copies cost as much as the product itself.
     """
-    _, move_cols, move_weights = moves
+    changed, move_cols, move_weights = moves
     n_swaps, seed = draws
     rng = np.random.default_rng(seed)
-    decisions = int(owners.max(initial=-1)) + 1
+    decisions = changed.size if owners is None else int(owners.max(initial=-1)) + 1
     block = max(1, _BLOCK_CELLS // max(decisions, width))  # the same draws as ever
     movers = {
         id(m.inside): _moved_matrix(move_cols[m.inside], move_weights[m.inside], width)
@@ -290,11 +290,14 @@ def _fill_swapped(
         rows = min(block, n_swaps + 1 - begin)
         # One random byte gives eight fair swap decisions.
         packed = rng.integers(0, 256, size=(rows, -(-decisions // 8)), dtype=np.uint8)
-        swaps = np.unpackbits(packed, axis=1, count=decisions).astype(np.float64)[:, owners]
+        swaps = np.unpackbits(packed, axis=1, count=decisions).astype(np.float64)
+        if owners is not None:
+            swaps = swaps[:, owners]
         for m in results:
             if not m.inside.any():
                 continue
-            shift = np.asarray(swaps[:, m.inside] @ movers[id(m.inside)])
+            mine = swaps if m.inside.all() else swaps[:, m.inside]
+            shift = np.asarray(mine @ movers[id(m.inside)])
             m.reference[begin : begin + rows] = _reduce(
                 metrics, spans, m.base_ref[None, :] + shift, m.size
             )
