@@ -58,3 +58,15 @@ def test_edges_are_certain() -> None:
     lower, upper = binomial_tails([-1, 0, 4, 5], 5, 1.0)
     assert lower.tolist() == [0.0, 0.0, 0.0, 1.0]
     assert upper.tolist() == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_a_tail_alone_equals_the_same_tail_among_many() -> None:
+    """A few tails walk in Python floats, many in numpy arrays: the numbers agree bit for bit."""
+    rng = np.random.default_rng(1)
+    n = rng.integers(1, 20_000, 2_000).astype(np.float64)
+    k = np.floor(rng.random(n.size) * n * 1.1) - 2
+    p = rng.choice([0.5, 0.3, 0.01, 0.99], n.size)
+    lower, upper = binomial_tails(k, n, p)
+    alone = [binomial_tails(k[i], n[i], p[i]) for i in range(n.size)]
+    assert np.array_equal(lower, [float(low) for low, _ in alone])
+    assert np.array_equal(upper, [float(up) for _, up in alone])
