@@ -40,8 +40,12 @@ DEFAULT_ROW_SUMMARIES: tuple[str, ...] = ("mean", "std", "min", "max")
 
 
 #: Every settings model: unknown keys refused; strict types, so ``yes`` (YAML's true) is never
-#: a 1 where a number belongs and ``123`` never text; NaN and infinities refused.
-SETTINGS = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+#: a 1 where a number belongs and ``123`` never text; NaN and infinities refused. Each model's
+#: validator is built when first used, not at import: a command that reads no configuration
+#: (or reads it once, through :class:`evalsentry.config.Config`) does not build them all.
+SETTINGS = ConfigDict(
+    extra="forbid", frozen=True, strict=True, allow_inf_nan=False, defer_build=True
+)
 
 #: Random paired swaps (sign flips) behind the gate's non-count tests: ``gate.bootstrap_resamples``.
 DEFAULT_SWAPS = 2000

@@ -75,7 +75,7 @@ Stage = Annotated[str, AfterValidator(_known_stage)]
 class StageChange(BaseModel):
     """One stage transition: to which stage, when, by whom."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     stage: Stage
     at: str
     by: str
@@ -84,7 +84,7 @@ class StageChange(BaseModel):
 class RegistryEntry(BaseModel):
     """A registered checkpoint version."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=(), defer_build=True)
     model: str
     version: int = Field(ge=1)
     uri: str

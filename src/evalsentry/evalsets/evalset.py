@@ -83,7 +83,7 @@ TASKS: tuple[Task, ...] = (
 class DataFile(BaseModel):
     """A data file pinned by hash and size."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     path: str
     sha256: str = Field(min_length=64, max_length=64)
     size: int = Field(ge=0)
@@ -92,7 +92,7 @@ class DataFile(BaseModel):
 class EvalsetSpec(BaseModel):
     """``evalset.yaml``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     name: str
     version: int = Field(1, ge=1)
     description: str = ""

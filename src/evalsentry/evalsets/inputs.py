@@ -44,7 +44,7 @@ DEFAULT_KEYWORD, DEFAULT_MASK = "input_ids", "attention_mask"
 class InputsSpec(BaseModel):
     """Model inputs: feature ``columns``, one list ``column`` + ``shape``, or ``tokens``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     columns: list[str] | None = None
     column: str | None = None
     shape: list[int] | None = None

@@ -43,7 +43,7 @@ SUITE_FIX = (
 class SuiteExpectation(BaseModel):
     """One expectation of a stored suite: GX's own fields beyond these are GX's to check."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
     type: str = Field(min_length=1)
     # Read from "kwargs", a name pydantic's mypy plugin keeps for the constructor's **kwargs.
     arguments: dict[str, Any] = Field(validation_alias=AliasChoices("kwargs"))
@@ -52,7 +52,7 @@ class SuiteExpectation(BaseModel):
 class SuiteDocument(BaseModel):
     """The shape of ``expectations.json`` (a Great Expectations suite, as GX writes it)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     name: str = Field(min_length=1)
     expectations: list[SuiteExpectation]
     id: str | None = None
