@@ -34,20 +34,36 @@ def _flat(*values: ArrayLike) -> tuple[tuple[int, ...], list[FloatArray]]:
 
 
 def _stirling_error(n: FloatArray) -> FloatArray:
-    """``log(n!) - log(sqrt(2 pi n) (n / e)^n)`` for integers ``n >= 1``."""
+    """``log(n!) - log(sqrt(2 pi n) (n / e)^n)`` for integers ``n >= 1``.
+
+    Up to 15 exactly, from ``lgamma`` (whole numbers from a table made once), beyond by the series.
+    """
     small = n <= 15
-    exact_n = np.where(small, n, 1.0)
-    exact = (
-        np.asarray(_lgamma(exact_n + 1.0), np.float64)
-        - (exact_n + 0.5) * np.log(exact_n)
-        + exact_n
-        - _LOG_SQRT_2PI
-    )
     big = np.where(small, 16.0, n)
     inv2 = 1.0 / (big * big)
     s0, s1, s2, s3, s4 = _STIRLING
     series = (s0 - (s1 - (s2 - (s3 - s4 * inv2) * inv2) * inv2) * inv2) / big
-    return np.where(small, exact, series)
+    whole = small & (n == np.floor(n))
+    out = np.where(whole, _EXACT_ERRORS[np.where(whole, n, 0.0).astype(np.intp)], series)
+    fractional = small & ~whole
+    if fractional.any():
+        out[fractional] = _exact_errors(n[fractional])
+    return out
+
+
+def _exact_errors(n: FloatArray) -> FloatArray:
+    """:func:`_stirling_error` from ``lgamma``, for small ``n`` (at 0, where it is undefined, 0)."""
+    safe = np.where(n > 0, n, 1.0)
+    exact = (
+        np.asarray(_lgamma(safe + 1.0), np.float64)
+        - (safe + 0.5) * np.log(safe)
+        + safe
+        - _LOG_SQRT_2PI
+    )
+    return np.where(n > 0, exact, 0.0)
+
+
+_EXACT_ERRORS = _exact_errors(np.arange(16, dtype=np.float64))
 
 
 def _deviance(x: FloatArray, mean: FloatArray) -> FloatArray:
