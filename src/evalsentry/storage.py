@@ -13,14 +13,14 @@ import contextlib
 import hashlib
 import os
 import stat
+import sys
 import tempfile
 import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
+from evalsentry.local_files import LocalFiles, strip
 
 HASH_CHUNK = 4 * 1024 * 1024  # large reads keep hashing near hashlib's own throughput
 
@@ -28,19 +28,29 @@ HASH_CHUNK = 4 * 1024 * 1024  # large reads keep hashing near hashlib's own thro
 def filesystem(url: str) -> tuple[Any, str]:
     """The fsspec filesystem for ``url`` and the path within it.
 
-    Listings are not cached across calls (other processes write to the same store).
+    A plain path is the local disk (:class:`~evalsentry.local_files.LocalFiles`: fsspec is not
+    imported for it); a URL is fsspec's, its listings not cached across calls (other processes
+    write to the same store).
     """
-    fs, path = (
-        fsspec.core.url_to_fs(url, use_listings_cache=False)
-        if "://" in url
-        else fsspec.core.url_to_fs(url)
-    )
+    if "://" not in url and "::" not in url:
+        return LocalFiles(), strip(url)
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url, use_listings_cache=False)
     return fs, path
 
 
 def is_local(fs: Any) -> bool:
     """Whether ``fs`` is the local filesystem (where rename and link are atomic)."""
-    return isinstance(fs, LocalFileSystem)
+    if isinstance(fs, LocalFiles):
+        return True
+    local = sys.modules.get("fsspec.implementations.local")  # not imported: fs is not one
+    return local is not None and isinstance(fs, local.LocalFileSystem)
+
+
+def for_arrow(fs: Any) -> Any:
+    """The filesystem to hand pyarrow for ``fs``: None (its own native one) for the local disk."""
+    return None if isinstance(fs, LocalFiles) else fs
 
 
 def join(*parts: str) -> str:

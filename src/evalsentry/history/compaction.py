@@ -29,6 +29,7 @@ from evalsentry.history.schema import (
     _reason,
 )
 from evalsentry.storage import (
+    for_arrow,
     join,
     unique_name,
     write_atomic,
@@ -89,7 +90,7 @@ class Compaction(HistoryFiles):
 
         try:
             table = ds.dataset(
-                files, format="parquet", filesystem=self.fs, schema=schema
+                files, format="parquet", filesystem=for_arrow(self.fs), schema=schema
             ).to_table()
         except _UNREADABLE as exc:
             file, reason = self._first_unreadable(files, schema) or (folder, _reason(exc))

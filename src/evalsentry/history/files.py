@@ -28,6 +28,7 @@ from evalsentry.history.schema import (
 from evalsentry.storage import (
     blocking_file,
     filesystem,
+    for_arrow,
     is_local,
     join,
     probe_writable,
@@ -169,7 +170,9 @@ class HistoryFiles:
         else:
             source = folder  # a history written before the ledger: every file in the folder
         try:
-            dataset = ds.dataset(source, format="parquet", filesystem=self.fs, schema=schema)
+            dataset = ds.dataset(
+                source, format="parquet", filesystem=for_arrow(self.fs), schema=schema
+            )
             return dataset.to_table(filter=filter_, columns=list(columns) if columns else None)
         except _UNREADABLE as exc:
             if self.fs.isfile(folder):
@@ -219,7 +222,9 @@ class HistoryFiles:
                 return file, _reason(exc)
         for file in files:
             try:
-                ds.dataset([file], format="parquet", filesystem=self.fs, schema=schema).to_table()
+                ds.dataset(
+                    [file], format="parquet", filesystem=for_arrow(self.fs), schema=schema
+                ).to_table()
             except _UNREADABLE as exc:
                 return file, _reason(exc)
         return None
