@@ -84,7 +84,9 @@ class StageChange(BaseModel):
 class RegistryEntry(BaseModel):
     """A registered checkpoint version."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=(), defer_build=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, protected_namespaces=(), defer_build=True
+    )
     model: str
     version: int = Field(ge=1)
     uri: str

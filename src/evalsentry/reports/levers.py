@@ -101,7 +101,9 @@ def levers(
     if evaluations.empty:
         return []
     rows = history.comparisons(evaluations["evaluation_id"])
-    rows = rows[(rows["metric"] == TIMING_METRIC) & (rows["reference"] == Reference.PRODUCTION.value)]
+    rows = rows[
+        (rows["metric"] == TIMING_METRIC) & (rows["reference"] == Reference.PRODUCTION.value)
+    ]
     devices = evaluations.set_index("evaluation_id")["device"]
     newest = rows.sort_values("created_at").groupby(["model", "version"]).tail(1)
     found = []
