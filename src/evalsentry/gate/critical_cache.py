@@ -17,6 +17,9 @@ The results built on them (a comparison's exact p-value, a detectable drop) are 
 way, one JSON line each in one file per code key (:func:`remembered`): a week's gate, run again
 or by another command, reads them instead of summing tails. An entry that is not a number in
 its range is computed again; the newest :data:`MAX_RESULTS` entries are kept.
+
+So are the sign flips' values of a comparison (:func:`kept_swaps`): a file per set of paired
+columns, masks and draws, under a key of the resampling and metric code.
 """
 
 from __future__ import annotations
@@ -26,16 +29,19 @@ import hashlib
 import json
 import math
 import os
+import zipfile
 from collections.abc import Callable
 from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 CACHE_ENV = "EVALSENTRY_CACHE_DIR"
 _SOURCES = ("margin.py", "tail_tables.py", "binomial.py")
+_SWAP_SOURCES = ("resampling.py", "metrics.py", "task_metrics.py", "metric_base.py")
 
 
 def cache_dir() -> Path | None:
@@ -52,9 +58,19 @@ def cache_dir() -> Path | None:
 @lru_cache(maxsize=1)
 def code_key() -> str:
     """A hash of the code that computes the values: 16 hex digits ("" if it cannot be read)."""
+    return _sources_key(_SOURCES)
+
+
+@lru_cache(maxsize=1)
+def swaps_key() -> str:
+    """A hash of the code behind the sign flips' values (:func:`kept_swaps`), as :func:`code_key`."""
+    return _sources_key(_SWAP_SOURCES)
+
+
+def _sources_key(sources: tuple[str, ...]) -> str:
     digest = hashlib.sha256()
     try:
-        for name in _SOURCES:
+        for name in sources:
             digest.update((Path(__file__).parent / name).read_bytes())
     except OSError:  # installed without its sources: nothing can say which code wrote a file
         return ""
@@ -188,3 +204,55 @@ def _compact(folder: Path, kept: dict[str, float | None]) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             partial.unlink(missing_ok=True)
+
+
+#: Sign-flip results kept (one file each): pruned to the newest this many at twice as many.
+MAX_SWAP_FILES = 200
+
+
+def kept_swaps(
+    key: bytes,
+    compute: Callable[[], dict[str, NDArray[Any]]],
+    sound: Callable[[dict[str, NDArray[Any]]], bool],
+) -> dict[str, NDArray[Any]]:
+    """``compute()``, or the arrays kept under ``key`` when ``sound`` accepts them.
+
+    ``key`` holds every input the arrays depend on (the paired columns' bytes among them); the
+    file is named by its sha256 and the code key (:func:`swaps_key`). New arrays are written
+    whole, by rename; the newest :data:`MAX_SWAP_FILES` files are kept.
+    """
+    folder, code = cache_dir(), swaps_key()
+    if folder is None or not code:
+        return compute()
+    path = folder / f"swaps-{code}-{hashlib.sha256(key).hexdigest()[:32]}.npz"
+    try:
+        with np.load(path, allow_pickle=False) as kept:
+            found = {name: kept[name] for name in kept.files}
+        if sound(found):
+            return found
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        pass
+    arrays = compute()
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with partial.open("wb") as handle:
+            save_arrays: Any = np.savez  # numpy's stubs take **arrays for its allow_pickle
+            save_arrays(handle, allow_pickle=False, **arrays)
+        partial.replace(path)
+        _prune(folder)
+    except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+    return arrays
+
+
+def _prune(folder: Path) -> None:
+    """Remove the oldest kept sign flips down to :data:`MAX_SWAP_FILES`, at twice as many."""
+    files = list(folder.glob("swaps-*.npz"))
+    if len(files) <= 2 * MAX_SWAP_FILES:
+        return
+    files.sort(key=lambda f: f.stat().st_mtime if f.exists() else 0.0)
+    for old in files[:-MAX_SWAP_FILES]:
+        with contextlib.suppress(OSError):  # another process pruned it first
+            old.unlink()

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from evalsentry.gate.critical_cache import kept_swaps
 from evalsentry.gate.metric_base import Metric
 from evalsentry.sections import DEFAULT_SWAPS
 
@@ -192,6 +193,32 @@ def swap_values(
     """
     if n_swaps < 0:
         raise ValueError(f"n_swaps must be >= 0, got {n_swaps}")
+    inputs = (metrics, ref_columns, cur_columns, num_classes, masks, (n_swaps, seed), clusters)
+    key = _key(*inputs)
+    if key is None:  # a column is missing: computing says which
+        return _swapped(*inputs)
+    kept = kept_swaps(
+        key,
+        lambda: _packed(_swapped(*inputs)),
+        lambda found: _sound(found, len(masks), n_swaps + 1, len(metrics)),
+    )
+    return [
+        SwapValues(kept[f"reference{i}"], kept[f"current{i}"], int(kept[f"n{i}"]))
+        for i in range(len(masks))
+    ]
+
+
+def _swapped(
+    metrics: Sequence[Metric],
+    ref_columns: Columns,
+    cur_columns: Columns,
+    num_classes: int | None,
+    masks: Sequence[BoolArray | None],
+    draws: tuple[int, int],
+    clusters: NDArray[np.intp] | None,
+) -> list[SwapValues]:
+    """:func:`swap_values`, computed."""
+    n_swaps, seed = draws
     n, stacked = _stacked(metrics, ref_columns, cur_columns)
     terms, spans = _term_matrix(metrics, stacked, num_classes, n)
     moves = _moves(terms, n)
@@ -203,6 +230,58 @@ def swap_values(
         owners = None if clusters is None else _owners(moves[0], clusters)
         _fill_swapped(results, metrics, spans, moves, terms.width, (n_swaps, seed), owners)
     return [SwapValues(m.reference, m.current, m.size) for m in results]
+
+
+def _key(
+    metrics: Sequence[Metric],
+    ref_columns: Columns,
+    cur_columns: Columns,
+    num_classes: int | None,
+    masks: Sequence[BoolArray | None],
+    draws: tuple[int, int],
+    clusters: NDArray[np.intp] | None,
+) -> bytes | None:
+    """Every input of :func:`swap_values` as bytes (None where a needed column is missing)."""
+    names = sorted({name for metric in metrics for name in metric.required_columns})
+    if any(name not in cols for cols in (ref_columns, cur_columns) for name in names):
+        return None
+    described = [
+        (m.name, m.task, m.required_columns, _named(m.stats_fn), _named(m.reduce_fn))
+        for m in metrics
+    ]
+    parts = [repr((described, num_classes, draws, names)).encode()]
+    arrays = [cols[name] for cols in (ref_columns, cur_columns) for name in names]
+    arrays += [np.ones(0, bool) if mask is None else mask for mask in masks]
+    arrays.append(np.full(0, -1, np.intp) if clusters is None else clusters)
+    for given in arrays:
+        array = np.ascontiguousarray(given)
+        parts += [repr((array.dtype.str, array.shape)).encode(), array.tobytes()]
+    return b"\0".join(parts)
+
+
+def _named(function: Any) -> str:
+    return f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', '')}"
+
+
+def _packed(values: list[SwapValues]) -> dict[str, NDArray[Any]]:
+    """Each mask's values as named arrays (``reference0``, ``current0``, ``n0``, ...)."""
+    packed: dict[str, NDArray[Any]] = {}
+    for i, value in enumerate(values):
+        packed |= {f"reference{i}": value.reference, f"current{i}": value.current}
+        packed[f"n{i}"] = np.asarray(value.n, np.int64)
+    return packed
+
+
+def _sound(found: dict[str, NDArray[Any]], masks: int, rows: int, metrics: int) -> bool:
+    """Whether kept arrays are the values of ``masks`` masks: ``rows`` x ``metrics`` floats each."""
+    for i in range(masks):
+        values = [found.get(f"reference{i}"), found.get(f"current{i}")]
+        count = found.get(f"n{i}")
+        if count is None or count.shape != () or count.dtype != np.int64 or count < 0:
+            return False
+        if any(v is None or v.shape != (rows, metrics) or v.dtype != np.float64 for v in values):
+            return False
+    return len(found) == 3 * masks
 
 
 def _owners(changed: NDArray[np.intp], clusters: NDArray[np.intp]) -> NDArray[np.intp]:

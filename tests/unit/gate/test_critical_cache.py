@@ -1,4 +1,5 @@
-"""The margin test's critical values kept on disk: the same numbers, a bad file never trusted."""
+"""The margin test's critical values and the sign flips kept on disk: the same numbers, a bad
+file never trusted."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalsentry.gate import critical_cache
+from evalsentry.gate import critical_cache, resampling
 from evalsentry.gate.margin import MarginTest, _detectable_drop, detectable_drop, margin_test
+from evalsentry.gate.metrics import default_metrics, get_metric
+from evalsentry.gate.resampling import SwapValues, swap_values
+from tests.synthetic import simulated_pair
 
 N, ALLOWED, LEVEL = 400, Fraction(4), 0.01
 
@@ -167,9 +171,62 @@ def test_only_the_newest_results_are_kept(cache: Path, monkeypatch: pytest.Monke
         critical_cache.remembered(f"k{i}", lambda i=i: i / 10, lambda _: True)  # type: ignore[misc]
     (results,) = cache.glob("margin-results-*.jsonl")
     assert [json.loads(line) for line in results.read_text().splitlines()] == [
-        ["k0", 0.0], ["k1", 0.1], ["k2", 0.2], ["k3", 0.3]
+        ["k0", 0.0],
+        ["k1", 0.1],
+        ["k2", 0.2],
+        ["k3", 0.3],
     ]
     critical_cache.remembered("k4", lambda: 0.4, lambda v: True)
     assert results.read_text() == '["k3", 0.3]\n["k4", 0.4]\n'
     _forget()
     assert critical_cache.remembered("k3", lambda: 9.0, lambda v: True) == 0.3  # read back
+
+
+def _flips(**changes: object) -> list[SwapValues]:
+    """Every default metric's sign flips of one simulated pair, overall and on a slice."""
+    ref, cur = simulated_pair(np.random.default_rng(1), 500, 0.05, 0.02)
+    ref = {**ref, **changes}
+    metrics = [get_metric(n) for n in default_metrics("classification", 10)]
+    half = ref["target"] < 5
+    return swap_values(metrics, ref, cur, num_classes=10, masks=[None, half], n_swaps=300)
+
+
+def _same(left: list[SwapValues], right: list[SwapValues]) -> bool:
+    return all(
+        np.array_equal(a.reference, b.reference, equal_nan=True)
+        and np.array_equal(a.current, b.current, equal_nan=True)
+        and a.n == b.n
+        for a, b in zip(left, right, strict=True)
+    )
+
+
+def test_sign_flips_are_kept_read_back_identical_and_never_trusted_blindly(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept, the flips read back bit for bit without computing; a damaged file, or one of other
+    shapes, is computed again and rewritten; other data is another file."""
+    folder = str(cache)
+    monkeypatch.setenv(critical_cache.CACHE_ENV, "")
+    computed = _flips()
+    monkeypatch.setenv(critical_cache.CACHE_ENV, folder)
+    assert _same(_flips(), computed)  # computed, and written
+    (kept,) = cache.glob(f"swaps-{critical_cache.swaps_key()}-*.npz")
+    with monkeypatch.context() as patched:
+        patched.setattr(resampling, "_swapped", lambda *_: pytest.fail("computed again"))
+        assert _same(_flips(), computed)
+    for damage in (kept.read_bytes()[:100], b""):
+        kept.write_bytes(damage)
+        assert _same(_flips(), computed) and kept.stat().st_size > 1000  # rewritten whole
+    with kept.open("wb") as handle:
+        np.savez(handle, reference0=np.zeros((3, 4)), current0=np.zeros((3, 4)), n0=np.int64(1))
+    assert _same(_flips(), computed)
+    other = _flips(loss=np.zeros(500))
+    assert not _same(other, computed) and len(list(cache.glob("swaps-*.npz"))) == 2
+
+
+def test_only_the_newest_sign_flips_are_kept(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(critical_cache, "MAX_SWAP_FILES", 2)
+    for seed in range(5):
+        _flips(loss=np.random.default_rng(seed).random(500))
+        assert len(list(cache.glob("swaps-*.npz"))) <= 4
+    assert len(list(cache.glob("swaps-*.npz"))) == 2
