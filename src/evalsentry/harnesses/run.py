@@ -31,6 +31,7 @@ import numpy as np
 from evalsentry import __version__
 from evalsentry.errors import ConfigError, UsageError
 from evalsentry.gate.slices import slice_column
+from evalsentry.harnesses.example_text import visible
 from evalsentry.names import SCORE_PREFIX, WEEKLY_RUN, check_name
 from evalsentry.weeks import now_utc
 
@@ -56,7 +57,9 @@ class HarnessLogInvalid(ConfigError):
     """A harness log evalsentry cannot import: names the file, the field and the fix."""
 
     def __init__(self, path: object, field: str, problem: str, fix: str) -> None:
-        super().__init__(path, field, f"{problem}; {fix}; nothing was recorded")
+        # The field and problem quote the log (a key, a value): one line, whatever they hold.
+        said = visible(f"{problem}; {fix}; nothing was recorded")
+        super().__init__(path, visible(field), said)
 
 
 @contextmanager

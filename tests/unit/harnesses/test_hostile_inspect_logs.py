@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from evalsentry.harnesses.inspect_logs import read_inspect
@@ -61,6 +61,10 @@ def _set(document: dict[str, Any], path: tuple[str | int, ...], value: Any) -> N
     header=st.tuples(st.sampled_from(HEADER_FIELDS), JSON),
     sample=st.tuples(st.integers(0, 100), st.sampled_from(SAMPLE_FIELDS), JSON),
     in_reductions=st.booleans(),
+)
+# Found by this test: a key holding a newline was quoted in the field's path, on two lines.
+@example(
+    header=(("stats", "model_usage"), {"\n": None}), sample=(0, "id", None), in_reductions=False
 )
 def test_any_damaged_field_is_a_run_or_one_line(
     good_log: dict[str, Any],
