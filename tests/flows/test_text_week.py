@@ -114,8 +114,10 @@ def weeks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list
     freeze_text(root / "evalsets")
     bindings = "".join(f"  {line}: {{evalsets: [{', '.join(e)}]}}\n" for line, e in LINES.items())
     config = root / "evalsentry.yaml"
+    # Paired timing runs (a retrained LM is timed against last week's), in a second, not the
+    # default five: what is timed and how is tests/unit/evaluation/test_timing.py's subject.
     config.write_text(
-        "store: store\nregistry: registry\nevalsets: evalsets\n"
+        "store: store\nregistry: registry\nevalsets: evalsets\ncost: {timing_budget_s: 1}\n"
         f"trusted_factories: [{', '.join(FACTORIES)}]\nmodels:\n{bindings}"
     )
     trained = checkpoints(root)
