@@ -153,6 +153,27 @@ def binomial_tails(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> tuple[FloatArray
     Equal to ``scipy.special.bdtr`` and ``bdtrc`` where those are defined, and more exact.
     """
     shape, (k_, n_, p_) = _flat(np.floor(np.asarray(k, np.float64)), n, p)
+    if k_.size > _DISTINCT_FROM and _constant(n_) and _constant(p_):
+        # Many tails of one binomial (a p-value per swap) ask few distinct questions.
+        asked, inverse = np.unique(k_, return_inverse=True)
+        if asked.size < k_.size:
+            lower, upper = _tails(asked, n_[: asked.size], p_[: asked.size])
+            return lower[inverse].reshape(shape), upper[inverse].reshape(shape)
+    lower, upper = _tails(k_, n_, p_)
+    return lower.reshape(shape), upper.reshape(shape)
+
+
+#: From this many tails of one binomial on, each distinct one is computed once (each tail is
+#: computed alone: the same numbers).
+_DISTINCT_FROM = 32
+
+
+def _constant(values: FloatArray) -> bool:
+    return bool(values[0] == values[-1] and (values == values[0]).all())
+
+
+def _tails(k_: FloatArray, n_: FloatArray, p_: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """:func:`binomial_tails` of flat arrays, element by element."""
     lower = np.where(k_ >= n_, 1.0, 0.0)
     lower = np.where((k_ >= 0) & (k_ < n_) & (p_ <= 0), 1.0, lower)
     upper = 1.0 - lower
@@ -171,4 +192,4 @@ def binomial_tails(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> tuple[FloatArray
         smaller = np.minimum(total, 1.0)
         lower[inner] = np.where(up, 1.0 - smaller, smaller)
         upper[inner] = np.where(up, smaller, 1.0 - smaller)
-    return lower.reshape(shape), upper.reshape(shape)
+    return lower, upper

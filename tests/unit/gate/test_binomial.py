@@ -70,3 +70,14 @@ def test_a_tail_alone_equals_the_same_tail_among_many() -> None:
     alone = [binomial_tails(k[i], n[i], p[i]) for i in range(n.size)]
     assert np.array_equal(lower, [float(low) for low, _ in alone])
     assert np.array_equal(upper, [float(up) for _, up in alone])
+
+
+def test_many_tails_of_one_binomial_equal_each_alone() -> None:
+    """A p-value per swap asks the same tails again and again: each is computed once, and each
+    equals the tail asked alone, bit for bit, in the shape asked."""
+    k = np.random.default_rng(2).integers(-3, 700, (50, 20)).astype(np.float64)
+    lower, upper = binomial_tails(k, 660, 0.5)
+    assert lower.shape == upper.shape == k.shape
+    for index in np.ndindex(k.shape):
+        alone = binomial_tails(k[index], 660, 0.5)
+        assert (lower[index], upper[index]) == (float(alone[0]), float(alone[1]))
