@@ -339,18 +339,11 @@ def measure(
         else 0.0
     )
     out = []
-    # Each unit's rows and clusters, taken once for every metric.
-    picked = [
-        (
-            _pick(ref_columns, unit.mask),
-            _pick(cur_columns, unit.mask),
-            clusters.within(unit.mask) if clusters is not None else None,
-        )
-        for unit in units
-    ]
     for i, metric in enumerate(metrics):
-        for unit, values, (ref, cur, grouped) in zip(units, swapped, picked, strict=True):
+        for unit, values in zip(units, swapped, strict=True):
             pair = (values.reference[:, i], values.current[:, i])
+            ref, cur = _pick(ref_columns, unit.mask), _pick(cur_columns, unit.mask)
+            grouped = clusters.within(unit.mask) if clusters is not None else None
             if metric.paired_test != "mcnemar" or metric.correct_fn is None:
                 m = _swapped_measurement(metric, unit, ref, cur, pair, policy, delta, grouped)
             elif grouped is not None:
