@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -193,13 +193,13 @@ def swap_values(
     """
     if n_swaps < 0:
         raise ValueError(f"n_swaps must be >= 0, got {n_swaps}")
-    inputs = (metrics, ref_columns, cur_columns, num_classes, masks, (n_swaps, seed), clusters)
-    key = _key(*inputs)
+    inputs = _Inputs(metrics, ref_columns, cur_columns, num_classes, masks, (n_swaps, seed), clusters)  # fmt: skip
+    key = _key(inputs)
     if key is None:  # a column is missing: computing says which
-        return _swapped(*inputs)
+        return _swapped(inputs)
     kept = kept_swaps(
         key,
-        lambda: _packed(_swapped(*inputs)),
+        lambda: _packed(_swapped(inputs)),
         lambda found: _sound(found, len(masks), n_swaps + 1, len(metrics)),
     )
     return [
@@ -208,16 +208,21 @@ def swap_values(
     ]
 
 
-def _swapped(
-    metrics: Sequence[Metric],
-    ref_columns: Columns,
-    cur_columns: Columns,
-    num_classes: int | None,
-    masks: Sequence[BoolArray | None],
-    draws: tuple[int, int],
-    clusters: NDArray[np.intp] | None,
-) -> list[SwapValues]:
+class _Inputs(NamedTuple):
+    """What :func:`swap_values` is given; ``draws`` is ``(n_swaps, seed)``."""
+
+    metrics: Sequence[Metric]
+    ref_columns: Columns
+    cur_columns: Columns
+    num_classes: int | None
+    masks: Sequence[BoolArray | None]
+    draws: tuple[int, int]
+    clusters: NDArray[np.intp] | None
+
+
+def _swapped(inputs: _Inputs) -> list[SwapValues]:
     """:func:`swap_values`, computed."""
+    metrics, ref_columns, cur_columns, num_classes, masks, draws, clusters = inputs
     n_swaps, seed = draws
     n, stacked = _stacked(metrics, ref_columns, cur_columns)
     terms, spans = _term_matrix(metrics, stacked, num_classes, n)
@@ -232,16 +237,9 @@ def _swapped(
     return [SwapValues(m.reference, m.current, m.size) for m in results]
 
 
-def _key(
-    metrics: Sequence[Metric],
-    ref_columns: Columns,
-    cur_columns: Columns,
-    num_classes: int | None,
-    masks: Sequence[BoolArray | None],
-    draws: tuple[int, int],
-    clusters: NDArray[np.intp] | None,
-) -> bytes | None:
+def _key(inputs: _Inputs) -> bytes | None:
     """Every input of :func:`swap_values` as bytes (None where a needed column is missing)."""
+    metrics, ref_columns, cur_columns, num_classes, masks, draws, clusters = inputs
     names = sorted({name for metric in metrics for name in metric.required_columns})
     if any(name not in cols for cols in (ref_columns, cur_columns) for name in names):
         return None
