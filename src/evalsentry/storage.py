@@ -28,11 +28,11 @@ HASH_CHUNK = 4 * 1024 * 1024  # large reads keep hashing near hashlib's own thro
 def filesystem(url: str) -> tuple[Any, str]:
     """The fsspec filesystem for ``url`` and the path within it.
 
-    A plain path is the local disk (:class:`~evalsentry.local_files.LocalFiles`: fsspec is not
-    imported for it); a URL is fsspec's, its listings not cached across calls (other processes
-    write to the same store).
+    A plain path on a POSIX system is the local disk (:class:`~evalsentry.local_files.LocalFiles`:
+    fsspec is not imported for it); a URL, or a Windows path, is fsspec's, its listings not
+    cached across calls (other processes write to the same store).
     """
-    if "://" not in url and "::" not in url:
+    if os.sep == "/" and "://" not in url and "::" not in url:
         return LocalFiles(), strip(url)
     import fsspec
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,10 @@ def test_a_plain_path_is_local_without_fsspec_and_a_url_is_fsspec_s(tmp_path: Pa
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_a_windows_path_is_left_to_fsspec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drive letters and backslashes are fsspec's to read: off POSIX every path goes to it."""
+    monkeypatch.setattr(os, "sep", "\\")
+    fs, _ = filesystem("store")
+    assert isinstance(fs, LocalFileSystem) and is_local(fs)

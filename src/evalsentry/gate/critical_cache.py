@@ -211,18 +211,20 @@ MAX_SWAP_FILES = 200
 
 
 def kept_swaps(
-    key: bytes,
+    key_of: Callable[[], bytes | None],
     compute: Callable[[], dict[str, NDArray[Any]]],
     sound: Callable[[dict[str, NDArray[Any]]], bool],
 ) -> dict[str, NDArray[Any]]:
-    """``compute()``, or the arrays kept under ``key`` when ``sound`` accepts them.
+    """``compute()``, or the arrays kept under ``key_of()`` when ``sound`` accepts them.
 
-    ``key`` holds every input the arrays depend on (the paired columns' bytes among them); the
-    file is named by its sha256 and the code key (:func:`swaps_key`). New arrays are written
-    whole, by rename; the newest :data:`MAX_SWAP_FILES` files are kept.
+    The key holds every input the arrays depend on (the paired columns' bytes among them; None:
+    compute, keep nothing), asked for only while the cache is on; the file is named by its
+    sha256 and the code key (:func:`swaps_key`). New arrays are written whole, by rename; the
+    newest :data:`MAX_SWAP_FILES` files are kept.
     """
     folder, code = cache_dir(), swaps_key()
-    if folder is None or not code:
+    key = key_of() if folder is not None and code else None
+    if folder is None or key is None:
         return compute()
     path = folder / f"swaps-{code}-{hashlib.sha256(key).hexdigest()[:32]}.npz"
     try:

@@ -194,11 +194,8 @@ def swap_values(
     if n_swaps < 0:
         raise ValueError(f"n_swaps must be >= 0, got {n_swaps}")
     inputs = _Inputs(metrics, ref_columns, cur_columns, num_classes, masks, (n_swaps, seed), clusters)  # fmt: skip
-    key = _key(inputs)
-    if key is None:  # a column is missing: computing says which
-        return _swapped(inputs)
     kept = kept_swaps(
-        key,
+        lambda: _key(inputs),
         lambda: _packed(_swapped(inputs)),
         lambda found: _sound(found, len(masks), n_swaps + 1, len(metrics)),
     )
