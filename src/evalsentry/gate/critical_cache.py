@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import math
 import os
@@ -38,6 +39,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from evalsentry.local_files import LocalFiles
+from evalsentry.storage import write_atomic
 
 CACHE_ENV = "EVALSENTRY_CACHE_DIR"
 _SOURCES = ("margin.py", "tail_tables.py", "binomial.py")
@@ -107,16 +111,18 @@ def save(n: int, allowed: Fraction, level: float, values: NDArray[np.float64]) -
     folder = cache_dir()
     if folder is None:
         return
-    path = _path(folder, n, allowed, level)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with partial.open("wb") as handle:
-            np.save(handle, np.asarray(values, np.float64), allow_pickle=False)
-        partial.replace(path)
-    except OSError:
-        with contextlib.suppress(OSError):  # no folder to write in: nothing was written
-            partial.unlink(missing_ok=True)
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(values, np.float64), allow_pickle=False)
+    _write_whole(_path(folder, n, allowed, level), buffer.getvalue())
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    """``data`` as the file ``path``, written whole by rename (:func:`storage.write_atomic`).
+
+    A folder that cannot be written (or made) is no error: the values stay in memory.
+    """
+    with contextlib.suppress(OSError):
+        write_atomic(LocalFiles(), str(path), data)
 
 
 #: Results kept per code key: the file is compacted to the newest this many when it holds twice
@@ -194,16 +200,9 @@ def _compact(folder: Path, kept: dict[str, float | None]) -> None:
     """The newest :data:`MAX_RESULTS` results, written whole by rename."""
     while len(kept) > MAX_RESULTS:
         del kept[next(iter(kept))]
-    path = _results_path(folder)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        partial.write_text("".join(json.dumps([k, v]) + "\n" for k, v in kept.items()))
-        partial.replace(path)
-        _LINES[folder] = len(kept)
-    except OSError:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
+    text = "".join(json.dumps([k, v]) + "\n" for k, v in kept.items())
+    _write_whole(_results_path(folder), text.encode())
+    _LINES[folder] = len(kept)
 
 
 #: Sign-flip results kept (one file each): pruned to the newest this many at twice as many.
@@ -235,17 +234,11 @@ def kept_swaps(
     except (OSError, ValueError, EOFError, zipfile.BadZipFile):
         pass
     arrays = compute()
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with partial.open("wb") as handle:
-            save_arrays: Any = np.savez  # numpy's stubs take **arrays for its allow_pickle
-            save_arrays(handle, allow_pickle=False, **arrays)
-        partial.replace(path)
-        _prune(folder)
-    except OSError:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
+    buffer = io.BytesIO()
+    save_arrays: Any = np.savez  # numpy's stubs take **arrays for its allow_pickle
+    save_arrays(buffer, allow_pickle=False, **arrays)
+    _write_whole(path, buffer.getvalue())
+    _prune(folder)
     return arrays
 
 
@@ -254,7 +247,14 @@ def _prune(folder: Path) -> None:
     files = list(folder.glob("swaps-*.npz"))
     if len(files) <= 2 * MAX_SWAP_FILES:
         return
-    files.sort(key=lambda f: f.stat().st_mtime if f.exists() else 0.0)
+    files.sort(key=_modified)
     for old in files[:-MAX_SWAP_FILES]:
         with contextlib.suppress(OSError):  # another process pruned it first
             old.unlink()
+
+
+def _modified(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # pruned by another process: first to go
+        return 0.0
