@@ -127,8 +127,12 @@ def test_an_errored_run_fails_its_week_and_no_later_one(
     logs = harness_logs / "inspect"
     shutil.copytree(logs / "good", tmp_path / "logs" / "good")
     assert main(["import", "pickup", "--week", "2026-W40", "--config", str(config)]) == 0
+    good = read_eval_log(str(next((logs / "good").glob("*.eval"))), header_only=True).stats
+    ended = datetime.fromisoformat(good.completed_at)
     errored = read_eval_log(str(next((logs / "same").glob("*.eval"))))
     errored.status = "error"
+    # After the imported run, whatever the clock said when the logs were made (to the second).
+    errored.stats.completed_at = (ended + timedelta(minutes=1)).isoformat()
     write_eval_log(errored, str(tmp_path / "logs" / "errored.eval"))
     capsys.readouterr()
     assert main(["import", "pickup", "--week", "2026-W41", "--config", str(config)]) == 2
@@ -137,7 +141,7 @@ def test_an_errored_run_fails_its_week_and_no_later_one(
     assert out.count("errored.eval") == 1
     newer = read_eval_log(str(next((logs / "same").glob("*.eval"))))
     assert newer.stats is not None
-    newer.stats.completed_at = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+    newer.stats.completed_at = (ended + timedelta(minutes=2)).isoformat()
     write_eval_log(newer, str(tmp_path / "logs" / "newer.eval"))
     # Copied again meanwhile (a sync, a download): the file is new, the run it logs is not.
     later = (datetime.now(UTC) + timedelta(days=1)).timestamp()
