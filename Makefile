@@ -25,6 +25,11 @@ lock: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/evalsentry demo
 
+# The tests start Python hundreds of times (the CLI, flow runs, evaluation children): each reads
+# the checkout's modules compiled, not compiled again, where the environment sets
+# PYTHONDONTWRITEBYTECODE (pip compiled site-packages at install; git ignores __pycache__).
+test check coverage: export PYTHONDONTWRITEBYTECODE =
+
 # The whole suite on every core, in a random order (pytest-randomly prints its seed first;
 # `make test PYTEST_ARGS=--randomly-seed=N` repeats an order). See README, Development.
 PYTEST_ARGS ?=
