@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from evalsentry.sections import CostRates
@@ -52,13 +53,14 @@ class CostMeter:
                 from codecarbon import OfflineEmissionsTracker
 
                 logging.getLogger("codecarbon").setLevel(logging.ERROR)
-                tracker = OfflineEmissionsTracker(
-                    country_iso_code="USA",  # only its grid intensity; evalsentry applies its own rate
-                    output_methods=[],  # measurements stay in memory; the history records them
-                    log_level="error",
-                    tracking_mode="process",
-                )
-                tracker.start()
+                with cpu_named_from_proc():
+                    tracker = OfflineEmissionsTracker(
+                        country_iso_code="USA",  # its grid intensity only; evalsentry's rate applies
+                        output_methods=[],  # measurements stay in memory; the history records them
+                        log_level="error",
+                        tracking_mode="process",
+                    )
+                    tracker.start()
                 self._tracker = tracker
                 self._method = f"codecarbon {getattr(codecarbon, '__version__', '')}".strip()
             except Exception as exc:  # noqa: BLE001 - energy falls back to an estimate, recorded as such
@@ -105,6 +107,53 @@ class CostMeter:
                     self._tracker.stop()
                 finally:
                     self._tracker = None
+
+
+#: The /proc/cpuinfo keys py-cpuinfo takes a CPU's name from, in its order (a number is not one).
+CPU_NAME_KEYS = ("model name", "cpu", "processor", "uarch")
+
+
+def proc_cpu_name(text: str | None = None) -> str | None:
+    """The CPU's name as py-cpuinfo reads it from /proc/cpuinfo; None where there is none.
+
+    The first line whose key is one of :data:`CPU_NAME_KEYS` and whose value is not a number,
+    as py-cpuinfo's own parser takes it (``text``: the file's text, else the file is read).
+    """
+    if text is None:
+        try:
+            text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    for line in text.splitlines():
+        key, colon, value = line.partition(":")
+        value = value.strip()
+        if colon and key.strip().lower() in CPU_NAME_KEYS and value and not value.isdigit():
+            return value
+    return None
+
+
+@contextmanager
+def cpu_named_from_proc() -> Iterator[None]:
+    """While codecarbon starts, py-cpuinfo's answer is the CPU's name from /proc/cpuinfo.
+
+    codecarbon asks py-cpuinfo for the CPU's name only (to look up its TDP, once per process).
+    py-cpuinfo answers from a Python process of its own that also times the clock through
+    CPUID: a core spinning for about a second beside the evaluation that needs it. On Linux
+    its answer is the name :func:`proc_cpu_name` reads (py-cpuinfo takes /proc/cpuinfo's
+    first). Where that file names no CPU, py-cpuinfo is asked as before.
+    """
+    name = proc_cpu_name()
+    if name is None:
+        yield
+        return
+    import cpuinfo
+
+    asked = cpuinfo.get_cpu_info
+    cpuinfo.get_cpu_info = lambda: {"brand_raw": name}
+    try:
+        yield
+    finally:
+        cpuinfo.get_cpu_info = asked
 
 
 def cost_fields(
