@@ -51,7 +51,7 @@ print(json.dumps({
     ("text", "name"),
     [
         (X86, "Intel(R) Xeon(R) Processor"),
-        ("processor\t: 0\ncpu\t\t: POWER9 (raw), altivec supported\n", "POWER9 (raw), altivec supported"),  # fmt: skip
+        ("processor\t: 0\ncpu\t\t: POWER9 (raw)\n", "POWER9 (raw)"),
         ("processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n", None),  # ARM: no name
         ("model name\t:\nprocessor\t: 3\n", None),  # empty and numeric values name nothing
         ("", None),
