@@ -41,19 +41,32 @@ def _unit_of_work(nodeid: str) -> str:
     return SHARED_SERVER_UNIT if module in SHARED_SERVER else module
 
 
+#: Where the long units of work are (real services, weekly flow runs), in the order they start.
+LONG_UNITS = ("tests/integration/", "tests/flows/")
+
+
 def _run_order(item: pytest.Item) -> int:
-    """The shared server's tests, then the other integration tests, then everything else."""
+    """The shared server's tests, the other integration tests, the flows' tests, then the rest.
+
+    Longest units first, roughly: a module of weekly flow runs takes a minute or two, a unit
+    test module seconds. Started last, a long unit would keep one worker busy while the
+    others stand idle; the many short ones fill in at the end.
+    """
     module = item.nodeid.split("::", maxsplit=1)[0]
-    return 0 if module in SHARED_SERVER else 1 if module.startswith("tests/integration/") else 2
+    if module in SHARED_SERVER:
+        return 0
+    return 1 + next(
+        (i for i, at in enumerate(LONG_UNITS) if module.startswith(at)), len(LONG_UNITS)
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The real-service tests run first; pytest-randomly's shuffle is kept otherwise.
+    """The real-service tests first, then the flows'; pytest-randomly's shuffle is kept otherwise.
 
     Under `pytest -n` (see pytest_xdist_make_scheduler) the shared server's tests, the longest
     unit, start at once on one worker while the tests that start servers of their own start on
-    the others, and everything else fills in around them.
+    the others, then the flows' modules, and the unit tests fill in around them.
     """
     for item in items:
         if "server" in getattr(item, "fixturenames", ()) and _run_order(item) != 0:
