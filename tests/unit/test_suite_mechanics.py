@@ -31,10 +31,11 @@ class TestUnitsOfWork:
         )
 
     def test_services_first_then_the_rest_in_the_shuffled_order(self) -> None:
-        """Shared server, then other integration modules, then the rest, each keeping its order."""
+        """Shared server, other integration modules, the flows', then the rest, each in its order."""
         shared = sorted(SHARED_SERVER)[0]
         items = [
             _item("tests/unit/b.py::t"),
+            _item("tests/flows/b.py::t"),
             _item("tests/integration/test_kill.py::t"),
             _item("tests/flows/a.py::t"),
             _item(f"{shared}::t", "server"),
@@ -44,8 +45,9 @@ class TestUnitsOfWork:
         assert [i.nodeid.split("::")[0] for i in items] == [
             shared,
             "tests/integration/test_kill.py",
-            "tests/unit/b.py",
+            "tests/flows/b.py",
             "tests/flows/a.py",
+            "tests/unit/b.py",
             "tests/unit/a.py",
         ]
 
