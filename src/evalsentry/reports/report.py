@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import re
-import xml.etree.ElementTree as ET  # builds XML only; nothing untrusted is parsed
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
@@ -160,6 +159,8 @@ def gate_junit(report: GateReport) -> str:
     the suite headers is counted from the elements written. No ``time`` is given: the gate reads
     recorded results, it times nothing.
     """
+    import xml.etree.ElementTree as ET  # builds XML only (nothing untrusted is parsed); --junit
+
     root = ET.Element("testsuites", name="evalsentry")
     suite = ET.SubElement(root, "testsuite", name="evalsentry-gate")
     for c in report.comparisons:

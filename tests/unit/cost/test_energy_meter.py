@@ -35,7 +35,7 @@ from evalsentry.cost.meter import CostMeter
 own = cpuinfo.get_cpu_info
 meter = CostMeter()
 with meter.measure("block") as measured:
-    sum(range(100_000))
+    sum(range(2_000_000))
 meter.close()
 print(json.dumps({
     "cpuinfo_processes": [a for a in started if "cpuinfo" in a],
