@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -92,3 +93,41 @@ def test_dense_and_sparse_swaps_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     for a, b in zip(dense, sparse, strict=True):
         np.testing.assert_allclose(a.reference, b.reference, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(a.current, b.current, rtol=1e-12, atol=1e-12)
+
+
+#: The gate program, reporting at its exit (it ends with os._exit, past any atexit) what it saw.
+_GATE_PROGRAM = """
+import os, sys
+from evalsentry import cli
+from pydantic.plugin import _loader
+
+def report(code):
+    scanned = _loader._plugins is not None
+    print("PLUGINS", os.environ.get(cli.PYDANTIC_PLUGINS), "SCANNED", scanned, "EXIT", code)
+    sys.stdout.flush()
+    exit_now(code)
+
+exit_now, os._exit = os._exit, report
+sys.argv = ["evalsentry", "gate", "--model", "m"]
+cli.entry()
+"""
+
+
+@pytest.mark.parametrize(
+    ("given", "seen"), [(None, "__all__ SCANNED False"), ("logfire", "logfire SCANNED True")]
+)
+def test_the_gate_program_looks_for_no_pydantic_plugin(
+    tmp_path: Path, given: str | None, seen: str
+) -> None:
+    """`evalsentry gate` turns off pydantic's plugin lookup (a scan of every installed package's
+    metadata) for its own configuration; a value the environment gives is kept, and used."""
+    history = History(str(tmp_path / "store"))
+    for week in ("2026-W40", "2026-W41"):
+        record_week(history, week, accuracy_mask(200, 0.9))
+    (tmp_path / "evalsentry.yaml").write_text(f"store: {tmp_path / 'store'}\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    env.update({} if given is None else {"PYDANTIC_DISABLE_PLUGINS": given})
+    out = subprocess.run(
+        [sys.executable, "-c", _GATE_PROGRAM], capture_output=True, text=True, cwd=tmp_path, env=env
+    )
+    assert f"PLUGINS {seen} EXIT 0" in out.stdout, (out.stdout, out.stderr[-2000:])
