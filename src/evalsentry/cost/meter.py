@@ -140,7 +140,9 @@ def cpu_named_from_proc() -> Iterator[None]:
     py-cpuinfo answers from a Python process of its own that also times the clock through
     CPUID: a core spinning for about a second beside the evaluation that needs it. On Linux
     its answer is the name :func:`proc_cpu_name` reads (py-cpuinfo takes /proc/cpuinfo's
-    first). Where that file names no CPU, py-cpuinfo is asked as before.
+    first). Where that file names no CPU, py-cpuinfo is asked as before. The answer is swapped
+    for the whole process while the tracker starts (nothing else in evalsentry asks
+    py-cpuinfo); codecarbon keeps the name it got for the life of the process.
     """
     name = proc_cpu_name()
     if name is None:
