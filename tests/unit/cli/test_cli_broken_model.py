@@ -13,6 +13,7 @@ from evalsentry.history.store import History
 from tests.models import TRUSTED_YAML, RaisingNet, SleepingNet, TupleNet
 from tests.unit.cli.test_faults_cli import one_line_error
 from tests.unit.evaluation.test_pipeline import save_model
+from tests.validated import validated
 
 REPO = Path(__file__).parents[3]
 
@@ -33,11 +34,15 @@ def evaluate_cli(checkpoint: Path, cwd: Path) -> subprocess.CompletedProcess[str
 
 @pytest.fixture
 def project(tmp_path: Path, toy_evalset: Path) -> Path:
-    """A project with the toy evalset, its own store, and a one-second inference timeout."""
+    """A project with the toy evalset, its own store, and a one-second inference timeout.
+
+    Its evalset was validated by an earlier run (tests.validated): the model is the subject.
+    """
     (tmp_path / "evalsentry.yaml").write_text(
         f"store: store\nregistry: registry\nevalsets: {toy_evalset.parent}\n{TRUSTED_YAML}"
         "inference_timeout_s: 1\n"
     )
+    validated(tmp_path)
     return tmp_path
 
 

@@ -21,6 +21,7 @@ from evalsentry.history.store import History
 from tests.models import TRUST, TRUSTED_YAML, Marker, TinyNet
 from tests.synthetic import accuracy_mask, pre_ledger, record_week
 from tests.unit.cli.test_cli_registry import run_cli
+from tests.validated import validated
 
 
 @pytest.fixture
@@ -42,6 +43,7 @@ def one_line_error(result: object, code: int = 2) -> str:
 
 def test_f3_truncated_candidate_is_refused(project: Path, toy_checkpoints: dict[str, Path]) -> None:
     """3: a truncated checkpoint given to `evaluate` is a one-line corrupt error, exit 2."""
+    validated(project)  # by an earlier run: the file is the subject
     path = toy_checkpoints["good"]
     path.write_bytes(path.read_bytes()[:1000])
     err = one_line_error(
@@ -78,6 +80,7 @@ def test_f5_malicious_pickle_is_refused_at_registration_and_evaluation(
     project: Path, tmp_path: Path
 ) -> None:
     """5: a pickle whose __reduce__ runs a command is refused by register and evaluate; it never runs."""
+    validated(project)  # by an earlier run: the file is the subject
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pt"
     torch.save({"model_state_dict": {}, "lineage": Marker(str(marker))}, evil)
