@@ -102,18 +102,20 @@ def entry() -> NoReturn:
     # The program imports from no working folder: PYTHONPATH's empty entries ("", as in
     # ":/x") mean the folder of the moment, and a module there named like a standard one
     # (a queue.py beside a checkpoint) must never run, here or in the Python processes this
-    # one starts (codecarbon's CPU probe is one); the standard library comes first.
+    # one starts (py-cpuinfo's probe, where /proc/cpuinfo names no CPU); the standard library
+    # comes first.
     sys.path[:] = import_path(sys.path)
     if "PYTHONPATH" in os.environ:
         entries = [e for e in os.environ["PYTHONPATH"].split(os.pathsep) if e]
         os.environ["PYTHONPATH"] = os.pathsep.join(entries)
-    if sys.argv[1:2] == ["gate"]:
+    gate = sys.argv[1:2] == ["gate"]
+    if gate:
         # pydantic validates the gate's own configuration only: no pydantic plugin (an
         # observability hook) is looked for, a scan of every installed package's metadata
         # (20-30 ms of the gate's start). A value the environment sets is kept.
         os.environ.setdefault(PYDANTIC_PLUGINS, "__all__")
     code = main()
-    if sys.argv[1:2] == ["gate"]:
+    if gate:
         logging.shutdown()
         with contextlib.suppress(OSError):  # a closed pipe: nothing more can be said
             sys.stdout.flush()
