@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from evalsentry.errors import EvalsetError
+from evalsentry.evalsets.suite_shape import SUITE_FIX
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,31 +34,6 @@ log = logging.getLogger(__name__)
 
 LENGTH, NONFINITE, ROW_MIN, ROW_MAX = "__len", "__nonfinite", "__min", "__max"
 EXAMPLES_SHOWN = 5
-#: How to repair a stored suite that GX cannot build.
-SUITE_FIX = (
-    "restore the file as frozen (e.g. from version control), or freeze a new evalset version"
-)
-
-
-class SuiteExpectation(BaseModel):
-    """One expectation of a stored suite: GX's own fields beyond these are GX's to check."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
-    type: str = Field(min_length=1)
-    # Read from "kwargs", a name pydantic's mypy plugin keeps for the constructor's **kwargs.
-    arguments: dict[str, Any] = Field(validation_alias=AliasChoices("kwargs"))
-
-
-class SuiteDocument(BaseModel):
-    """The shape of ``expectations.json`` (a Great Expectations suite, as GX writes it)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
-    name: str = Field(min_length=1)
-    expectations: list[SuiteExpectation]
-    id: str | None = None
-    meta: dict[str, Any] | None = None
-    notes: str | list[str] | None = None
-    suite_parameters: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -338,11 +338,11 @@ def measure(
         if any(m.task == "regression" for m in metrics)
         else 0.0
     )
+    picked = [(_pick(ref_columns, unit.mask), _pick(cur_columns, unit.mask)) for unit in units]
     out = []
     for i, metric in enumerate(metrics):
-        for unit, values in zip(units, swapped, strict=True):
+        for unit, values, (ref, cur) in zip(units, swapped, picked, strict=True):
             pair = (values.reference[:, i], values.current[:, i])
-            ref, cur = _pick(ref_columns, unit.mask), _pick(cur_columns, unit.mask)
             grouped = clusters.within(unit.mask) if clusters is not None else None
             if metric.paired_test != "mcnemar" or metric.correct_fn is None:
                 m = _swapped_measurement(metric, unit, ref, cur, pair, policy, delta, grouped)

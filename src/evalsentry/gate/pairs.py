@@ -54,12 +54,15 @@ def align(
     ref_ids, cur_ids = reference["example_id"], current["example_id"]
     if len(ref_ids) != len(cur_ids) or not len(ref_ids):
         return None
-    order = np.argsort(ref_ids)
-    position = np.clip(np.searchsorted(ref_ids, cur_ids, sorter=order), 0, len(order) - 1)
-    aligned = order[position]
-    if not np.array_equal(ref_ids[aligned], cur_ids):
-        return None
-    return {name: values[aligned] for name, values in reference.items()}
+    order = np.argsort(ref_ids, kind="stable")  # fast on ids stored in order, as most are
+    ordered = ref_ids[order]
+    if not (np.array_equal(ordered, cur_ids) and np.all(ordered[1:] != ordered[:-1])):
+        # The current in another order, or an id given twice: each current id's first match.
+        position = np.clip(np.searchsorted(ordered, cur_ids), 0, len(order) - 1)
+        order = order[position]
+        if not np.array_equal(ref_ids[order], cur_ids):
+            return None
+    return {name: values[order] for name, values in reference.items()}
 
 
 def canonical(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

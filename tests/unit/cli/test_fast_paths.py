@@ -16,11 +16,14 @@ from tests.synthetic import accuracy_mask, record_week
 
 ROOT = Path(__file__).parents[3]
 HEAVY = ("torch", "great_expectations", "prefect", "scipy", "sklearn", "s3fs")
+#: What runs an evalset's suite: the gate reads evalsets (their manifests) but never validates one.
+VALIDATION = "evalsentry.evalsets.validation"
 
 
 def test_gate_command_loads_no_heavy_module(tmp_path: Path) -> None:
     """`evalsentry gate` on a recorded local history runs without torch, GX, Prefect or scipy,
-    and without Typer or Rich (it parses and prints on its own)."""
+    without Typer or Rich (it parses and prints on its own), and without the module that
+    validates evalsets."""
     history = History(str(tmp_path / "store"))
     correct = accuracy_mask(200, 0.9)
     record_week(history, "2026-W40", correct)
@@ -30,7 +33,8 @@ def test_gate_command_loads_no_heavy_module(tmp_path: Path) -> None:
         "import sys\n"
         "from evalsentry.cli import main\n"
         "code = main(['gate', '--model', 'm'])\n"
-        f"loaded = sorted(m for m in {(*HEAVY, 'typer', 'rich')!r} if m in sys.modules)\n"
+        "assert 'evalsentry.evalsets.evalset' in sys.modules  # it did read evalsets\n"
+        f"loaded = sorted(m for m in {(*HEAVY, 'typer', 'rich', VALIDATION)!r} if m in sys.modules)\n"
         "print('LOADED', loaded, 'EXIT', code, file=sys.stderr)\n"
     )
     out = subprocess.run(

@@ -405,6 +405,15 @@ def test_align_reorders_the_reference_and_refuses_other_examples() -> None:
     assert align(reference, current)["prediction"].tolist() == [1, 2, 3]  # type: ignore[index]
     assert align(reference, {"example_id": np.array(["a", "b", "d"])}) is None
     assert align(reference, {"example_id": np.array(["a", "b"])}) is None
+    # Ids as a history reads them (Python strings), the current in id order or in any other.
+    stored = {k: v.astype(object) for k, v in reference.items()}
+    for ids, expected in ((["a", "b", "c"], [1, 2, 3]), (["c", "a", "b"], [3, 1, 2])):
+        aligned = align(stored, {"example_id": np.array(ids, dtype=object)})
+        assert aligned is not None and aligned["prediction"].tolist() == expected
+        assert aligned["example_id"].tolist() == ids
+    # An id given twice pairs each current row with the reference's first row of that id.
+    twice = {"example_id": np.array(["a", "a", "b"]), "prediction": np.array([1, 2, 3])}
+    assert align(twice, {"example_id": np.array(["a", "a", "b"])})["prediction"].tolist() == [1, 1, 3]  # type: ignore[index]  # fmt: skip
 
 
 def test_different_examples_are_an_error(history: History) -> None:
