@@ -121,6 +121,27 @@ class TestAppendOnly:
         assert len(list((store / "evaluations").glob("*.parquet"))) == 2  # written, uncommitted
         assert History(str(store)).evaluations()["evaluation_id"].tolist() == [kept]
 
+    def test_a_ledger_file_of_another_schema_is_read_and_a_damaged_one_refused_by_name(
+        self, store: Path
+    ) -> None:
+        """A ledger file written without a column of today's schema (an older version's) reads
+        with that column empty; a damaged one is refused naming it, never read around."""
+        import pyarrow.parquet as pq
+
+        from evalsentry.errors import HistoryError
+        from evalsentry.history.ledger import LEDGER
+
+        kept = record_week(History(str(store)), "2026-W40", accuracy_mask(N, 0.9))
+        (commit,) = (store / LEDGER).glob("*.parquet")
+        older = pq.read_table(commit).drop_columns(["etag", "schema_version"])
+        pq.write_table(older, commit)
+        history = History(str(store))
+        assert history.evaluations()["evaluation_id"].tolist() == [kept]
+        assert {p.etag for p in history.ledger.live().values()} == {None}
+        commit.write_bytes(commit.read_bytes()[:-20])  # its footer cut off
+        with pytest.raises(HistoryError, match=rf"{commit.name}: damaged ledger file \("):
+            History(str(store)).evaluations()
+
 
 WRITER = textwrap.dedent(
     """
